@@ -1,0 +1,140 @@
+"""The snapshot: every fact the doctor knows about one machine, as plain data.
+
+The probe (live machine) and the report readers (collect_env text, tuneup JSON) fill it;
+the rules read it. ``None`` always means *unknown* (not collected, not in the report);
+an empty list means *known to be none*.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
+from typing import Any, get_args, get_origin, get_type_hints
+
+
+@dataclass
+class GPU:
+    """One GPU as NVML, torch.cuda or a report describes it."""
+
+    index: int | None = None
+    name: str | None = None
+    vendor: str | None = None  # "nvidia" or "amd"
+    compute_capability: str | None = None  # "8.6"
+    memory_total_mib: int | None = None
+    pcie_gen_current: int | None = None
+    pcie_gen_max: int | None = None
+    pcie_width_current: int | None = None
+    pcie_width_max: int | None = None
+    persistence_mode: bool | None = None
+    throttle_reasons: list[str] | None = None  # active clock-throttle reasons, NVML names
+    ecc_enabled: bool | None = None
+    ecc_uncorrected_errors: int | None = None
+
+
+@dataclass
+class Driver:
+    """The NVIDIA kernel driver and the CUDA API level it provides."""
+
+    version: str | None = None  # "570.124.04"
+    cuda_version: str | None = None  # highest CUDA API the driver supports, "12.8"
+    proc_version: str | None = None  # first line of /proc/driver/nvidia/version
+
+
+@dataclass
+class TorchBuild:
+    """The installed PyTorch and what it was built with."""
+
+    installed: bool | None = None
+    version: str | None = None  # "2.6.0+cu126"
+    debug_build: bool | None = None
+    cuda: str | None = None  # torch.version.cuda, "12.6"; None on CPU/ROCm builds when installed
+    hip: str | None = None  # torch.version.hip
+    arch_list: list[str] | None = None  # torch.cuda.get_arch_list(), ["sm_50", ..., "compute_90"]
+    cudnn_compiled: str | None = None  # "9.1.0"
+    cudnn_runtime: str | None = None  # cuDNN actually loaded, "9.1.0"
+    nccl: str | None = None  # "2.21.5"
+    cuda_available: bool | None = None
+    device_count: int | None = None
+    init_error: str | None = None  # why CUDA failed to initialise, as torch said it
+
+
+@dataclass
+class CPU:
+    """Host CPU, memory and shared memory."""
+
+    model: str | None = None
+    architecture: str | None = None  # "x86_64"
+    flags: list[str] | None = None  # the flags that matter: avx2, avx512f, avx512_bf16, amx_bf16, ...
+    logical_cores: int | None = None  # os.cpu_count()
+    usable_cores: float | None = None  # after affinity mask and cgroup quota
+    cgroup_quota_cores: float | None = None
+    ram_total_bytes: int | None = None
+    shm_total_bytes: int | None = None  # size of /dev/shm
+
+
+@dataclass
+class Platform:
+    """Python, operating system and where the process runs."""
+
+    python_version: str | None = None  # "3.12.9"
+    python_implementation: str | None = None
+    os: str | None = None  # "Ubuntu 24.04.4 LTS (x86_64)" or "Windows 10"
+    os_family: str | None = None  # "linux", "windows", "darwin"
+    kernel: str | None = None
+    is_wsl: bool | None = None
+    in_container: bool | None = None
+    libc: str | None = None
+
+
+@dataclass
+class Snapshot:
+    """Everything known about one environment. See module docstring for ``None``."""
+
+    source: str = "live"  # "live", "collect_env", "json"
+    platform: Platform = field(default_factory=Platform)
+    torch: TorchBuild = field(default_factory=TorchBuild)
+    driver: Driver = field(default_factory=Driver)
+    gpus: list[GPU] | None = None
+    cuda_toolkit: str | None = None  # nvcc on PATH ("CUDA runtime version" in collect_env)
+    cudnn_libraries: list[str] | None = None  # cuDNN shared libraries found on the system
+    nccl_libraries: list[str] | None = None  # libnccl shared libraries found on the library path
+    env: dict[str, str] | None = None  # CUDA_VISIBLE_DEVICES, NCCL_*, LD_LIBRARY_PATH, NVIDIA_*
+    pip_packages: dict[str, str] | None = None  # name (normalised, lower-case) -> version
+    conda_packages: dict[str, str] | None = None
+    cpu: CPU = field(default_factory=CPU)
+    messages: list[str] = field(default_factory=list)  # warnings/errors printed in a report
+    notes: list[str] = field(default_factory=list)  # what could not be read, and why
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready dict (the ``environment`` object of ``--format json``)."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Snapshot:
+        """Inverse of :meth:`to_dict`; unknown keys are ignored, missing ones stay unknown."""
+        return _build(cls, data)
+
+
+def _build(kind: type, data: Any) -> Any:
+    if not isinstance(data, dict):
+        raise ValueError(f"expected an object for {kind.__name__}, got {type(data).__name__}")
+    hints = get_type_hints(kind)
+    values = {}
+    for f in fields(kind):
+        if f.name not in data:
+            continue
+        values[f.name] = _convert(hints[f.name], data[f.name])
+    return kind(**values)
+
+
+def _convert(hint: Any, value: Any) -> Any:
+    if value is None:
+        return None
+    for option in get_args(hint) or (hint,):
+        if is_dataclass(option):
+            return _build(option, value)
+        if get_origin(option) is list:
+            (item,) = get_args(option)
+            if not isinstance(value, list):
+                raise ValueError(f"expected a list, got {type(value).__name__}")
+            return [_convert(item, v) for v in value]
+    return value

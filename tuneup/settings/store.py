@@ -1,0 +1,114 @@
+"""Where the settings file lives, and reading/writing it safely.
+
+Location, first match wins:
+1. ``TUNEUP_SETTINGS=PATH`` (any file name; the format does not depend on the extension);
+2. ``<script dir>/<script stem>.tuneup.json`` beside the training script that is running.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+
+from tuneup.settings.schema import Settings, SettingsError
+
+ENV_PATH = "TUNEUP_SETTINGS"
+ENV_DISABLE = "TUNEUP_DISABLE"
+SUFFIX = ".tuneup.json"
+
+
+class TuneupWarning(UserWarning):
+    """A problem tuneup worked around; training goes on."""
+
+
+def disabled() -> bool:
+    """True when ``TUNEUP_DISABLE`` is set to a true value: wrappers become pass-through."""
+    return os.environ.get(ENV_DISABLE, "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+def default_path(script: str | os.PathLike[str]) -> Path:
+    """The per-script default: ``train.py`` -> ``train.tuneup.json`` beside it."""
+    script = Path(script).resolve()
+    return script.with_name(script.stem + SUFFIX)
+
+
+def running_script() -> Path | None:
+    """The script Python was started with, or ``None`` (REPL, ``-c``, notebook)."""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None) or (sys.argv[0] if sys.argv and sys.argv[0] else None)
+    if not path or path in {"-c", "-m"}:
+        return None
+    path = Path(path)
+    return path if path.suffix == ".py" else None
+
+
+def resolve_path() -> Path | None:
+    """The settings file this process should read (it may not exist)."""
+    override = os.environ.get(ENV_PATH)
+    if override:
+        return Path(override).expanduser()
+    script = running_script()
+    return default_path(script) if script else None
+
+
+def read(path: Path) -> Settings:
+    """Parse and validate ``path``; raises :class:`SettingsError` with a one-line reason."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SettingsError(f"cannot read it ({exc.__class__.__name__}: {exc})") from exc
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SettingsError(f"not valid JSON (line {exc.lineno}: {exc.msg})") from exc
+    return Settings.from_dict(data)
+
+
+def load(path: Path | None = None) -> Settings | None:
+    """The settings to apply, or ``None`` for plain PyTorch behaviour.
+
+    A missing file is silent. A broken one gives one :class:`TuneupWarning` and ``None``:
+    the caller falls back to defaults and training runs.
+    """
+    if disabled():
+        return None
+    path = path or resolve_path()
+    if path is None or not path.exists():
+        if path is not None and os.environ.get(ENV_PATH):
+            warn(f"{ENV_PATH}={path} does not exist; using PyTorch defaults")
+        return None
+    try:
+        return read(path)
+    except SettingsError as exc:
+        warn(f"ignoring settings file {path}: {exc}; using PyTorch defaults "
+             f"(re-run `tuneup autotune` or fix the file)")
+        return None
+
+
+def save(settings: Settings, path: Path) -> None:
+    """Write atomically: a crash or Ctrl-C leaves the old file (or none), never half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(settings.to_dict(), indent=2, sort_keys=False) + "\n"
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def warn(message: str) -> None:
+    """One-line tuneup warning (shown once per message by Python's warning filter)."""
+    warnings.warn(f"tuneup: {message}", TuneupWarning, stacklevel=3)
