@@ -3,6 +3,23 @@
 The probe (live machine) and the report readers (collect_env text, tuneup JSON) fill it;
 the rules read it. ``None`` always means *unknown* (not collected, not in the report);
 an empty list means *known to be none*.
+
+Notes for rule writers:
+
+- ``TorchBuild.build`` says what kind of build torch is: ``"cuda"``, ``"rocm"``, ``"cpu"``
+  (``"xpu"`` for Intel GPU builds), ``None`` when unknown. ``TorchBuild.cuda is None`` alone
+  does not distinguish "a CPU build" from "the report did not say": use ``build``. A report
+  that states ``CUDA used to build PyTorch: None`` / ``Could not collect`` next to a torch
+  version, a ``+cpu`` suffix or a conda ``cpu`` build string gives ``build == "cpu"``.
+- ``TorchBuild.cuda`` is always ``MAJOR.MINOR`` ("10.1", not "10.1.243").
+- ``TorchBuild.importable`` is ``False`` when torch is installed (or its state unknown) but
+  ``import torch`` failed: collect_env then prints ``PyTorch version: N/A``.
+- ``env`` from a collect_env report holds only the variables the text states (lines such as
+  ``CUDA_VISIBLE_DEVICES=2`` added by the user): a variable missing from it is unknown, not unset.
+  From the live probe it holds every selected variable that is set.
+- ``cudnn_libraries`` / ``nccl_libraries`` are the entries as found or reported (paths, or a
+  bare version when a hand-written report gives only that); ``cudnn_versions`` /
+  ``nccl_versions`` are the distinct versions read from them ("8.9.2", or "8" from a soname).
 """
 
 from __future__ import annotations
@@ -17,7 +34,8 @@ class GPU:
 
     index: int | None = None
     name: str | None = None
-    vendor: str | None = None  # "nvidia" or "amd"
+    vendor: str | None = None  # "nvidia", "amd" (or "intel")
+    arch: str | None = None  # AMD gfx target ("gfx90a"), when a ROCm report names it
     compute_capability: str | None = None  # "8.6"
     memory_total_mib: int | None = None
     pcie_gen_current: int | None = None
@@ -44,7 +62,9 @@ class TorchBuild:
     """The installed PyTorch and what it was built with."""
 
     installed: bool | None = None
+    importable: bool | None = None  # False: installed or unknown, but `import torch` failed
     version: str | None = None  # "2.6.0+cu126"
+    build: str | None = None  # "cuda", "rocm", "cpu", "xpu"; None = unknown (module docstring)
     debug_build: bool | None = None
     cuda: str | None = None  # torch.version.cuda, "12.6"; None on CPU/ROCm builds when installed
     hip: str | None = None  # torch.version.hip
@@ -96,7 +116,9 @@ class Snapshot:
     gpus: list[GPU] | None = None
     cuda_toolkit: str | None = None  # nvcc on PATH ("CUDA runtime version" in collect_env)
     cudnn_libraries: list[str] | None = None  # cuDNN shared libraries found on the system
+    cudnn_versions: list[str] | None = None  # distinct versions of those libraries ("8.9.2")
     nccl_libraries: list[str] | None = None  # libnccl shared libraries found on the library path
+    nccl_versions: list[str] | None = None  # distinct versions of those libraries ("2.21.5")
     env: dict[str, str] | None = None  # CUDA_VISIBLE_DEVICES, NCCL_*, LD_LIBRARY_PATH, NVIDIA_*
     pip_packages: dict[str, str] | None = None  # name (normalised, lower-case) -> version
     conda_packages: dict[str, str] | None = None

@@ -136,18 +136,24 @@ class Settings:
             raise SettingsError(
                 f"schema_version {version!r} is not supported (this tuneup reads {SCHEMA_VERSION})"
             )
-        measured = data.get("measured") or {}
+        measured = _object_or_empty(data, "measured")
         if not isinstance(measured, dict):
             raise SettingsError("'measured' must be an object")
         known = {f.name for f in fields(Measurement)}
-        fingerprint = data.get("fingerprint") or {}
+        fingerprint = _object_or_empty(data, "fingerprint")
         if not isinstance(fingerprint, dict):
             raise SettingsError("'fingerprint' must be an object")
         return cls(
-            knobs=Knobs.from_dict(data.get("knobs") or {}),
+            knobs=Knobs.from_dict(_object_or_empty(data, "knobs")),
             measured=Measurement(**{k: v for k, v in measured.items() if k in known}),
             fingerprint=fingerprint,
             script=data.get("script"),
             created=data.get("created"),
             tuneup_version=data.get("tuneup_version"),
         )
+
+
+def _object_or_empty(data: dict[str, Any], key: str) -> Any:
+    """``data[key]``, with a missing key or null read as ``{}`` (other values are validated)."""
+    value = data.get(key)
+    return {} if value is None else value

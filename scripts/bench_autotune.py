@@ -1,0 +1,176 @@
+"""Benchmark: `tuneup autotune` against an exhaustive grid measured with plain PyTorch.
+
+For each workload in docs/examples (compute-bound MLP, input-bound image decoding), in one
+run on this machine:
+
+1. every point of a grid over the same knobs (AMP dtype x compile x num_workers x threads),
+   each measured with plain PyTorch code (a DataLoader and an ordinary training step; no
+   tuneup), and the grid's total wall time including set-up and compile;
+2. `tuneup autotune` on the example script, as a user runs it (a subprocess with a fresh
+   inductor cache), given a budget of --budget-share of the grid's time;
+3. the defaults, the grid's best point and tuneup's pick re-measured interleaved with the
+   same plain harness (so a lucky grid measurement does not inflate the grid-best).
+
+Prints tuned / grid-best (target >= 0.95), autotune time / grid time (target <= 0.25) and
+the speedup over defaults.
+
+    .venv/bin/python scripts/bench_autotune.py            # full grid, ~20 minutes
+    .venv/bin/python scripts/bench_autotune.py --quick    # smaller grid
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import itertools
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import ModuleType
+
+import torch
+from torch.utils.data import DataLoader
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "docs" / "examples"
+sys.path.insert(0, str(EXAMPLES))
+
+from tuneup.settings import Knobs, read  # noqa: E402
+
+WORKLOADS = ("train_mlp", "train_images")
+DEFAULT_THREADS = torch.get_num_threads()
+
+
+def plain_throughput(workload: ModuleType, dataset: object, knobs: Knobs, batch_size: int,
+                     measure_s: float) -> float:
+    """Samples/s of a plain PyTorch training loop with ``knobs`` applied by hand."""
+    torch.set_num_threads(knobs.cpu_threads or DEFAULT_THREADS)
+    torch._dynamo.reset()
+    model = workload.make_model()
+    optimizer = workload.make_optimizer(model)
+    forward = torch.compile(model, mode=knobs.compile_mode) if knobs.compile_mode else model
+    micro = knobs.micro_batch_size or batch_size
+    loader = DataLoader(dataset, batch_size=micro, shuffle=True, drop_last=True,
+                        **knobs.loader_kwargs())
+    batches = _forever(loader)
+    amp = knobs.amp_dtype is not None
+    dtype = getattr(torch, knobs.amp_dtype) if amp else None
+
+    def step() -> None:
+        for _ in range(batch_size // micro):
+            with torch.autocast("cpu", dtype=dtype, enabled=amp):
+                loss = workload.compute_loss(forward, next(batches)) * (micro / batch_size)
+            loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    for _ in range(3):  # warm-up: worker start, compile, allocator
+        step()
+    steps, started = 0, time.perf_counter()
+    while steps < 10 or time.perf_counter() - started < measure_s:
+        step()
+        steps += 1
+    elapsed = time.perf_counter() - started
+    torch.set_num_threads(DEFAULT_THREADS)
+    return steps * batch_size / elapsed
+
+
+def _forever(loader: DataLoader):
+    while True:
+        yield from loader
+
+
+def grid(quick: bool) -> list[Knobs]:
+    amps = (None, "bfloat16")
+    compiles = (None, "default")
+    workers = (0, 2) if quick else (0, 1, 2)
+    threads = (None,) if quick else (None, 1)
+    return [Knobs(amp_dtype=a, compile_mode=c, num_workers=w or None, cpu_threads=t)
+            for a, c, w, t in itertools.product(amps, compiles, workers, threads)]
+
+
+def run_autotune(script: Path, budget: float, settings: Path) -> float:
+    """Run the real CLI as a user would; returns its wall time."""
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": tempfile.mkdtemp(prefix="bench-inductor-")}
+    command = [sys.executable, "-c", "from tuneup.cli import main; main()", "autotune", str(script),
+               "--budget", f"{budget:.0f}",
+               "--skip", "batch", "--output", str(settings), "--", "--steps", "1000000"]
+    started = time.perf_counter()
+    completed = subprocess.run(command, env=env, capture_output=True, text=True)
+    elapsed = time.perf_counter() - started
+    if completed.returncode != 0:
+        raise SystemExit(f"tuneup autotune failed:\n{completed.stderr}\n{completed.stdout}")
+    print(completed.stdout)
+    return elapsed
+
+
+def label(knobs: Knobs) -> str:
+    parts = [f"{k}={v}" for k, v in knobs.to_dict().items() if v is not None]
+    return ",".join(parts) or "defaults"
+
+
+def bench(name: str, quick: bool, measure_s: float, budget_share: float, rounds: int) -> dict:
+    workload = importlib.import_module(name)
+    dataset = workload.make_dataset()
+    batch = workload.DEFAULT_BATCH
+    print(f"\n=== {name} (batch {batch}) ===", flush=True)
+
+    points = []
+    grid_started = time.perf_counter()
+    for knobs in grid(quick):
+        speed = plain_throughput(workload, dataset, knobs, batch, measure_s)
+        points.append((speed, knobs))
+        print(f"  grid {label(knobs):60s} {speed:9.0f} samples/s", flush=True)
+    grid_s = time.perf_counter() - grid_started
+    grid_best = max(points, key=lambda p: p[0])[1]
+
+    settings = Path(tempfile.mkdtemp(prefix="bench-settings-")) / f"{name}.json"
+    autotune_s = run_autotune(EXAMPLES / f"{name}.py", budget_share * grid_s, settings)
+    tuned = read(settings).knobs
+
+    final: dict[str, list[float]] = {"defaults": [], "grid-best": [], "tuned": []}
+    for _ in range(rounds):  # interleaved re-measurement, best of the rounds
+        for key, knobs in (("defaults", Knobs()), ("grid-best", grid_best), ("tuned", tuned)):
+            final[key].append(plain_throughput(workload, dataset, knobs, batch, measure_s))
+    best = {key: max(values) for key, values in final.items()}
+    result = {
+        "workload": name, "grid_points": len(points), "grid_s": round(grid_s, 1),
+        "autotune_s": round(autotune_s, 1), "grid_best": label(grid_best), "tuned": label(tuned),
+        "defaults_sps": round(best["defaults"]), "grid_best_sps": round(best["grid-best"]),
+        "tuned_sps": round(best["tuned"]),
+        "tuned_over_grid_best": round(best["tuned"] / best["grid-best"], 3),
+        "autotune_over_grid_time": round(autotune_s / grid_s, 3),
+        "speedup_over_defaults": round(best["tuned"] / best["defaults"], 2),
+    }
+    for key, value in result.items():
+        print(f"  {key:24s} {value}")
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smaller grid (amp x compile x workers 0/2)")
+    parser.add_argument("--measure-seconds", type=float, default=2.5)
+    parser.add_argument("--budget-share", type=float, default=0.22,
+                        help="autotune budget as a share of the grid's wall time (default 0.22)")
+    parser.add_argument("--rounds", type=int, default=2, help="interleaved re-measurement rounds")
+    parser.add_argument("--workloads", default=",".join(WORKLOADS))
+    parser.add_argument("--json", type=Path, help="also write the results here")
+    args = parser.parse_args()
+    results = [bench(name, args.quick, args.measure_seconds, args.budget_share, args.rounds)
+               for name in args.workloads.split(",")]
+    print("\nworkload        tuned/grid-best  autotune/grid time  speedup vs defaults")
+    for r in results:
+        print(f"{r['workload']:15s} {r['tuned_over_grid_best']:15.3f} {r['autotune_over_grid_time']:19.3f}"
+              f" {r['speedup_over_defaults']:19.2f}x")
+    print("targets: tuned/grid-best >= 0.95, autotune/grid time <= 0.25")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,60 @@
+"""Shared helpers: a stand-in child that speaks the probe protocol without torch."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+# The child side of docs/probe-protocol.md, scripted: BEHAVIOUR maps a trial id to what the
+# "training script" does in that trial. Fast (no torch), deterministic.
+FAKE_CHILD = textwrap.dedent('''
+    import json, os, signal, sys, time
+    BEHAVIOUR = {behaviour!r}
+    HELLO = {hello!r}
+    plan = json.load(open(os.environ["TUNEUP_PROBE"]))
+    out = open(plan["results"], "a")
+    def emit(event):
+        out.write(json.dumps(event) + "\\n"); out.flush()
+    emit(dict(HELLO, event="hello", pid=os.getpid()))
+    for n, trial in enumerate(plan["trials"]):
+        what = BEHAVIOUR.get(trial["id"], "ok")
+        if BEHAVIOUR.get("*") == "short" and n > 0:  # the script's own loop ends early
+            emit({{"event": "exit", "reason": "script-ended"}}); sys.exit(0)
+        emit({{"event": "trial_start", "id": trial["id"], "t": time.time()}})
+        if what == "crash":
+            print("Fatal Python error: Segmentation fault", file=sys.stderr, flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+        if what == "hang":
+            time.sleep(600)
+        if what == "alloc":
+            hog = bytearray(400 * 2**20); time.sleep(600)
+        if what in ("oom", "error"):
+            emit({{"event": "trial_end", "id": trial["id"], "status": what,
+                   "message": "CUDA out of memory" if what == "oom" else "ValueError: bad"}})
+            os._exit(3)
+        knobs = trial["knobs"]
+        step = 0.01 * (1 + (knobs.get("num_workers") or 0))
+        emit({{"event": "trial_end", "id": trial["id"], "status": "ok", "samples_per_s": 64 / step,
+               "step_s": step, "step_s_all": [step] * 6, "warmup_s": 0.1,
+               "data_wait_share": 0.0, "check_losses": [2.3, 2.2, 2.1] if trial["check"] else None,
+               "peak_memory_bytes": 1000}})
+    emit({{"event": "done"}})
+    os._exit(0)
+''')
+
+HELLO = {"device": "cpu", "effective_batch": 64, "dataset_size": 1024, "amp_dtypes": ["bfloat16"],
+         "compile_available": True, "cpu_threads": 2, "usable_cores": 2}
+
+
+@pytest.fixture
+def fake_script(tmp_path: Path):
+    """``fake_script({"trial-id": "crash"})`` -> path of a stand-in training script."""
+
+    def make(behaviour: dict[str, str] | None = None, name: str = "train.py") -> Path:
+        path = tmp_path / name
+        path.write_text(FAKE_CHILD.format(behaviour=behaviour or {}, hello=HELLO))
+        return path
+
+    return make

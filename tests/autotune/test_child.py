@@ -1,0 +1,187 @@
+"""The autotune child, end to end: real subprocesses running a tiny training script.
+
+Failures are provoked by the test's own script (an OOM stand-in, a NaN loss, an exception in
+the user's code); the product code only sees what a real script would do.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = '''
+import os, sys
+import torch
+from torch.utils.data import TensorDataset
+from tuneup import tuned_loader, tuned_loop
+
+x = torch.randn(200, 8, generator=torch.Generator().manual_seed(1))
+dataset = TensorDataset(x, (x[:, 0] > 0).long())
+model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))  # unseeded
+optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+if os.environ.get("NO_WRAPPERS"):
+    sys.exit(0)
+loop = tuned_loop(model, optimizer)
+if os.environ.get("LOOP_ONLY"):
+    sys.exit(0)
+loader = tuned_loader(dataset, batch_size=32, shuffle=True, loop=loop)
+max_steps = int(os.environ.get("MAX_STEPS", "1000000"))
+oom_above = int(os.environ.get("OOM_ABOVE", "1000000"))
+steps = 0
+for epoch in range(1000):
+    for features, labels in loader:
+        with loop.step():
+            if len(features) > oom_above:  # an OOM stand-in: this micro-batch "does not fit"
+                raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+            loss = torch.nn.functional.cross_entropy(loop.model(features), labels)
+            if os.environ.get("NAN_WITH_AMP") and torch.is_autocast_enabled("cpu"):
+                loss = loss * float("nan")
+        loop.backward(loss)
+        steps += 1
+        if steps == int(os.environ.get("RAISE_AT", "-1")):
+            raise ValueError("the user's own bug")
+        if steps >= max_steps:
+            break
+    if steps >= max_steps:
+        break
+print("script ended after", steps, "steps")
+'''
+
+
+def run_child(tmp_path: Path, trials: list[dict], name: str = "run", **env: str):
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    results = tmp_path / "results.jsonl"
+    plan = {"protocol": 1, "results": str(results), "warmup_steps": 1, "measure_steps": 2,
+            "min_measure_seconds": 0.0, "max_measure_steps": 4, "check_steps": 2, "trials": trials}
+    plan_path = tmp_path / f"{name}.plan.json"
+    plan_path.write_text(json.dumps(plan))
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("TUNEUP_")}
+    environment.update(env, TUNEUP_PROBE=str(plan_path), OMP_NUM_THREADS="1")
+    before = len(results.read_text().splitlines()) if results.exists() else 0
+    process = subprocess.run([sys.executable, str(script)], env=environment, cwd=tmp_path,
+                             capture_output=True, text=True, timeout=120)
+    lines = results.read_text().splitlines()[before:] if results.exists() else []
+    return process, [json.loads(line) for line in lines]
+
+
+def ends(events: list[dict]) -> dict[str, dict]:
+    return {e["id"]: e for e in events if e["event"] == "trial_end"}
+
+
+def test_a_normal_plan_runs_every_trial_and_exits_0(tmp_path):
+    trials = [{"id": "baseline", "knobs": {}, "check": True},
+              {"id": "mb=8", "knobs": {"micro_batch_size": 8}, "check": True},
+              {"id": "amp=bfloat16", "knobs": {"amp_dtype": "bfloat16"}, "check": True},
+              {"id": "workers=1", "knobs": {"num_workers": 1, "persistent_workers": True}},
+              {"id": "threads=1", "knobs": {"cpu_threads": 1}}]
+    process, events = run_child(tmp_path, trials)
+    assert process.returncode == 0, process.stderr
+    assert "script ended" not in process.stdout  # the plan ended the run, not the loop
+    assert [e["event"] for e in events] == ["hello"] + ["trial_start", "trial_end"] * 5 + ["done"]
+    hello = events[0]
+    assert (hello["device"], hello["effective_batch"], hello["dataset_size"]) == ("cpu", 32, 200)
+    assert hello["amp_dtypes"] == ["bfloat16"] and hello["fixed_knobs"] == []
+    results = ends(events)
+    assert all(r["status"] == "ok" for r in results.values())
+    for result in results.values():
+        assert result["samples_per_s"] > 0 and result["warmup_s"] > 0
+        assert 2 <= len(result["step_s_all"]) <= 4 and 0 <= result["data_wait_share"] <= 1
+    assert results["mb=8"]["micro_batch_size"] == 8 and results["baseline"]["micro_batch_size"] is None
+    baseline = results["baseline"]["check_losses"]
+    assert len(baseline) == 2
+    assert results["mb=8"]["check_losses"] == pytest.approx(baseline, abs=1e-5)
+    assert results["amp=bfloat16"]["check_losses"] == pytest.approx(baseline, abs=0.05)
+    assert results["workers=1"]["check_losses"] is None
+
+
+def test_a_failing_trial_is_recorded_and_the_next_process_resumes(tmp_path):
+    trials = [{"id": "baseline", "knobs": {}, "check": True},
+              {"id": "fp16", "knobs": {"amp_dtype": "float16"}},
+              {"id": "never", "knobs": {}}]
+    process, events = run_child(tmp_path, trials)
+    assert process.returncode == 3
+    failed = ends(events)["fp16"]
+    assert failed["status"] == "error" and "float16" in failed["message"]
+    assert "\n" not in failed["message"]
+    assert "never" not in json.dumps(events)
+    # A fresh (unseeded) process starts from the same reference state and batches.
+    again, more = run_child(tmp_path, [{"id": "baseline-again", "knobs": {}, "check": True}], "again")
+    assert again.returncode == 0, again.stderr
+    assert ends(more)["baseline-again"]["check_losses"] == ends(events)["baseline"]["check_losses"]
+
+
+def test_unknown_knob_is_an_error_trial(tmp_path):
+    process, events = run_child(tmp_path, [{"id": "odd", "knobs": {"turbo": True}}])
+    assert process.returncode == 3
+    assert ends(events)["odd"]["message"] == "SettingsError: unknown knob(s): turbo"
+
+
+def test_an_out_of_memory_trial(tmp_path):
+    trials = [{"id": "mb=8", "knobs": {"micro_batch_size": 8}},
+              {"id": "mb=32", "knobs": {"micro_batch_size": 32}}]
+    process, events = run_child(tmp_path, trials, OOM_ABOVE="16")
+    assert process.returncode == 3
+    results = ends(events)
+    assert results["mb=8"]["status"] == "ok"
+    assert results["mb=32"]["status"] == "oom" and "out of memory" in results["mb=32"]["message"]
+
+
+def test_a_nonfinite_loss_is_recorded_and_the_plan_goes_on(tmp_path):
+    trials = [{"id": "amp=bfloat16", "knobs": {"amp_dtype": "bfloat16"}, "check": True},
+              {"id": "baseline", "knobs": {}, "check": True}]
+    process, events = run_child(tmp_path, trials, NAN_WITH_AMP="1")
+    assert process.returncode == 0, process.stderr
+    results = ends(events)
+    assert results["amp=bfloat16"]["status"] == "nonfinite"
+    assert results["baseline"]["status"] == "ok"
+    assert all(v == v for v in results["baseline"]["check_losses"])  # restored: no NaN left
+
+
+def test_an_exception_in_the_users_own_code(tmp_path):
+    process, events = run_child(tmp_path, [{"id": "baseline", "knobs": {}}], RAISE_AT="2")
+    assert process.returncode == 1
+    assert ends(events)["baseline"]["status"] == "error"
+    assert ends(events)["baseline"]["message"] == "ValueError: the user's own bug"
+    assert "Traceback" in process.stderr
+    assert events[-1]["event"] == "trial_end"  # no "script-ended" after a failure
+
+
+def test_a_short_script_ends_with_script_ended(tmp_path):
+    trials = [{"id": "baseline", "knobs": {}, "check": True}, {"id": "next", "knobs": {}}]
+    process, events = run_child(tmp_path, trials, MAX_STEPS="2")
+    assert process.returncode == 0 and "script ended after 2 steps" in process.stdout
+    assert events[-1] == {"event": "exit", "reason": "script-ended", "steps": 2, "trial": "baseline",
+                          "message": "the script's loop ended after 2 steps, before trial "
+                                     "baseline finished; give it more steps"}
+
+
+@pytest.mark.parametrize(("env", "expected"), [
+    ({"NO_WRAPPERS": "1"}, None),
+    ({"LOOP_ONLY": "1"}, "the script never iterated a tuned_loader(..., loop=loop)"),
+])
+def test_wrappers_never_used(tmp_path, env, expected):
+    process, events = run_child(tmp_path, [{"id": "baseline", "knobs": {}}], **env)
+    assert process.returncode == 0
+    if expected is None:
+        assert events == []  # no hello: the parent reports "never called tuned_loader"
+    else:
+        assert events == [{"event": "exit", "reason": "script-ended", "steps": 0, "trial": None,
+                           "message": expected}]
+
+
+def test_a_bad_plan_exits_2(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    plan = tmp_path / "plan.json"
+    plan.write_text('{"protocol": 7}')
+    environment = dict(os.environ, TUNEUP_PROBE=str(plan))
+    process = subprocess.run([sys.executable, str(script)], env=environment, capture_output=True,
+                             text=True, timeout=120)
+    assert process.returncode == 2
+    assert "tuneup: bad probe plan" in process.stderr and "protocol 7" in process.stderr

@@ -1,0 +1,143 @@
+"""The runner against real child processes: stand-ins (fast) and the real wrappers."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from tuneup.autotune.runner import Runner, ScriptError, Trial
+from tuneup.settings import Knobs
+
+
+def trials(*ids: str, check: bool = False) -> list[Trial]:
+    return [Trial(i, Knobs(num_workers=n), check) for n, i in enumerate(ids)]
+
+
+def statuses(results) -> dict[str, str]:
+    return {r.trial.id: r.status for r in results}
+
+
+def test_all_trials_in_one_process(fake_script):
+    with Runner(fake_script()) as runner:
+        results = runner.run(trials("a", "b", "c", check=True))
+    assert statuses(results) == {"a": "ok", "b": "ok", "c": "ok"}
+    assert runner.processes_started == 1
+    assert runner.hardware.effective_batch == 64 and runner.hardware.amp_dtypes == ("bfloat16",)
+    assert results[1].step_time == pytest.approx(0.02)
+    assert results[0].check_losses == [2.3, 2.2, 2.1]
+
+
+def test_crash_is_recorded_with_stderr_and_the_rest_runs_in_a_fresh_process(fake_script):
+    with Runner(fake_script({"b": "crash"})) as runner:
+        results = runner.run(trials("a", "b", "c"))
+    assert statuses(results) == {"a": "ok", "b": "crash", "c": "ok"}
+    assert "SIGKILL" in results[1].message and "Segmentation fault" in results[1].message
+    assert runner.processes_started == 2
+
+
+@pytest.mark.parametrize("kind", ["oom", "error"])
+def test_oom_and_error_reported_by_the_child(fake_script, kind):
+    with Runner(fake_script({"a": kind})) as runner:
+        results = runner.run(trials("a", "b"))
+    assert statuses(results) == {"a": kind, "b": "ok"}
+    assert results[0].message
+
+
+def test_hang_is_killed_after_the_trial_timeout(fake_script):
+    with Runner(fake_script({"b": "hang"}), timeout=1.0) as runner:
+        started = time.monotonic()
+        results = runner.run(trials("a", "b", "c"))
+    assert statuses(results) == {"a": "ok", "b": "hang", "c": "ok"}
+    assert "killed" in results[1].message
+    assert time.monotonic() - started < 30
+
+
+def test_host_memory_cap_is_an_oom(fake_script):
+    with Runner(fake_script({"a": "alloc"}), max_memory_bytes=200 * 2**20, timeout=30) as runner:
+        results = runner.run(trials("a", "b"))
+    assert statuses(results) == {"a": "oom", "b": "ok"}
+    assert "--max-memory" in results[0].message
+
+
+def test_short_script_is_restarted_for_the_remaining_trials(fake_script):
+    with Runner(fake_script({"*": "short"})) as runner:
+        results = runner.run(trials("a", "b", "c"))
+    assert statuses(results) == {"a": "ok", "b": "ok", "c": "ok"}
+    assert runner.processes_started == 3
+
+
+def test_early_stop_skips_the_rest(fake_script):
+    with Runner(fake_script()) as runner:
+        results = runner.run(trials("a", "b", "c"), stop=lambda r: r.trial.id == "a")
+    assert statuses(results) == {"a": "ok", "b": "skipped", "c": "skipped"}
+
+
+def test_budget_ends_the_run(fake_script):
+    with Runner(fake_script({"a": "hang"}), deadline=time.monotonic() + 2, timeout=60) as runner:
+        results = runner.run(trials("a", "b"))
+    assert statuses(results) == {"a": "budget", "b": "budget"}
+
+
+def test_script_without_the_wrappers(tmp_path):
+    script = tmp_path / "plain.py"
+    script.write_text("print('training without tuneup')\n")
+    with Runner(script) as runner, pytest.raises(ScriptError) as error:
+        runner.run(trials("a"))
+    assert str(error.value) == "plain.py never called tuned_loader — see docs/autotune.md"
+
+
+def test_script_failing_on_its_own_shows_its_stderr(tmp_path):
+    script = tmp_path / "broken.py"
+    script.write_text("import json\nraise SystemExit(json.loads('{}')['missing'])\n")
+    with Runner(script) as runner, pytest.raises(ScriptError) as error:
+        runner.run(trials("a"))
+    message = str(error.value)
+    assert message.startswith("broken.py never called tuned_loader")
+    assert "KeyError: 'missing'" in message and "exit status 1" in message
+
+
+def test_bad_script_arguments_show_the_scripts_usage(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text("import argparse\np = argparse.ArgumentParser()\n"
+                      "p.add_argument('--steps', type=int)\np.parse_args()\n")
+    with Runner(script, ["--steps", "many"]) as runner, pytest.raises(ScriptError) as error:
+        runner.run(trials("a"))
+    assert "invalid int value: 'many'" in str(error.value)
+    assert "exit status 2" in str(error.value)
+
+
+REAL_SCRIPT = textwrap.dedent('''
+    import torch
+    from tuneup import tuned_loader, tuned_loop
+    torch.manual_seed(0)
+    data = torch.utils.data.TensorDataset(torch.randn(256, 8), torch.randint(0, 2, (256,)))
+    model = torch.nn.Linear(8, 2)
+    loop = tuned_loop(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    loader = tuned_loader(data, batch_size=32, shuffle=True, loop=loop)
+    for epoch in range(50):
+        for x, y in loader:
+            with loop.step():
+                if torch.get_num_threads() == 1:
+                    raise RuntimeError("this model refuses one thread")
+                loss = torch.nn.functional.cross_entropy(loop.model(x), y)
+            loop.backward(loss)
+''')
+
+
+@pytest.mark.slow
+def test_real_wrappers_error_in_the_users_step(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(REAL_SCRIPT)
+    plan = [Trial("base", Knobs(), True), Trial("one", Knobs(cpu_threads=1)),
+            Trial("amp", Knobs(amp_dtype="bfloat16"), True)]
+    with Runner(script, timeout=60) as runner:
+        results = runner.run(plan)
+    assert statuses(results) == {"base": "ok", "one": "error", "amp": "ok"}
+    assert "refuses one thread" in results[1].message
+    assert runner.hardware.effective_batch == 32 and runner.hardware.dataset_size == 256
+    assert len(results[0].check_losses) == 3 and results[0].step_time > 0
+    assert runner.processes_started == 2

@@ -1,0 +1,205 @@
+"""The search's decisions on recorded timings (no processes, simulated clock)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import replace
+
+import pytest
+
+from tuneup.autotune.runner import Trial, TrialResult
+from tuneup.autotune.search import Options, Search, SearchError, describe, loss_drift
+from tuneup.autotune.space import Hardware
+from tuneup.settings import Knobs
+
+CPU = Hardware(device="cpu", effective_batch=256, dataset_size=8192, amp_dtypes=("bfloat16",),
+               compile_available=True, cpu_threads=2, usable_cores=2)
+FP32_LOSSES = [2.30, 2.25, 2.20]
+JITTER = [1.0, 1.01, 0.99, 1.005, 0.995, 1.0, 1.01, 0.99]
+
+
+def record(step_s: float, warmup_s: float = 0.5, wait: float = 0.0, losses=FP32_LOSSES,
+           status: str = "ok") -> dict:
+    return {"status": status, "step_s_all": [step_s * j for j in JITTER], "warmup_s": warmup_s,
+            "data_wait_share": wait, "check_losses": losses, "peak_memory_bytes": 2**30,
+            "message": "" if status == "ok" else "out of memory"}
+
+
+class Recorded:
+    """An executor that answers trials from recorded timings and advances a simulated clock."""
+
+    def __init__(self, timing: Callable[[Knobs], dict], hardware: Hardware = CPU,
+                 budget: float = 300.0, startup_s: float = 2.0) -> None:
+        self.timing = timing
+        self.hardware = hardware
+        self.startup_s = startup_s
+        self.budget = budget
+        self.clock = 0.0
+        self.ran: list[Trial] = []
+        self.plans: list[list[str]] = []
+
+    def time_left(self) -> float:
+        return self.budget - self.clock
+
+    def run(self, trials, stop=None):
+        self.clock += self.startup_s
+        self.plans.append([t.id for t in trials])
+        results = []
+        for trial in trials:
+            if results and stop and stop(results[-1]):
+                results.append(TrialResult(trial, "skipped"))
+                continue
+            data = self.timing(trial.knobs)
+            if not trial.check:
+                data = {**data, "check_losses": None}
+            self.ran.append(trial)
+            self.clock += data["warmup_s"] + 12 * data["step_s_all"][0]
+            results.append(TrialResult.from_event(trial, data))
+        return results
+
+
+def compute_bound(knobs: Knobs, compile_s: float = 16.0) -> dict:
+    step = 0.10
+    if knobs.amp_dtype == "bfloat16":
+        step *= 0.5
+    if knobs.cpu_threads == 1:
+        step *= 1.8
+    warmup = 0.5
+    if knobs.compile_mode:
+        step *= 0.8
+        warmup += compile_s
+    return record(step, warmup)
+
+
+def search(timing, options: Options | None = None, **executor) -> tuple[Search, Recorded]:
+    recorded = Recorded(timing, **executor)
+    return Search(recorded, options or Options()), recorded
+
+
+def test_compute_bound_takes_bf16_and_compile_when_it_pays_off():
+    tuner, recorded = search(compute_bound)
+    outcome = tuner.run()
+    assert outcome.knobs.amp_dtype == "bfloat16"
+    assert outcome.knobs.compile_mode == "default"
+    assert outcome.knobs.num_workers is None and outcome.knobs.cpu_threads is None
+    assert outcome.speedup == pytest.approx(1 / (0.5 * 0.8), rel=0.05)
+
+
+def test_compile_rejected_when_its_compile_time_is_not_repaid():
+    # saves 0.2 * 50 ms = 10 ms/step; 1000 steps repay 10 s, less than 16 s of compiling
+    options = Options(expected_steps=1000, groups=frozenset({"amp", "compile"}))
+    tuner, _ = search(compute_bound, options)
+    outcome = tuner.run()
+    assert outcome.knobs.compile_mode is None
+    reasons = [r.reason for r in outcome.rejected if "compile" in r.trial_id]
+    assert reasons and "not repaid" in reasons[0] and "1000 steps" in reasons[0]
+
+
+def test_compile_skipped_when_it_does_not_fit_the_budget():
+    tuner, recorded = search(compute_bound, budget=40)
+    outcome = tuner.run()
+    assert outcome.knobs.compile_mode is None
+    assert not any(t.knobs.compile_mode for t in recorded.ran)
+    assert any("compile" in note and "budget" in note for note in outcome.notes)
+
+
+@pytest.mark.parametrize("losses, reason", [
+    ([2.30, 2.60, 2.90], "left the fp32 trajectory by 31.8%"),
+    ([2.30, math.nan, 2.2], "non-finite"),
+])
+def test_dtype_rejected_when_its_losses_drift_or_blow_up(losses, reason):
+    def timing(knobs: Knobs) -> dict:
+        data = compute_bound(knobs)
+        return {**data, "check_losses": losses} if knobs.amp_dtype else data
+
+    tuner, recorded = search(timing, Options(groups=frozenset({"amp"})))
+    outcome = tuner.run()
+    assert outcome.knobs.amp_dtype is None
+    assert any(reason in r.reason for r in outcome.rejected if "amp=bfloat16" in r.trial_id)
+
+
+def test_dtype_kept_within_the_loss_tolerance():
+    def timing(knobs: Knobs) -> dict:
+        data = compute_bound(knobs)
+        return {**data, "check_losses": [2.31, 2.26, 2.19]} if knobs.amp_dtype else data
+
+    outcome = search(timing, Options(groups=frozenset({"amp"})))[0].run()
+    assert outcome.knobs.amp_dtype == "bfloat16"
+
+
+def input_bound(knobs: Knobs) -> dict:
+    """Decoding costs 0.12 s of CPU per batch, the model 0.04 s; 8 cores."""
+    workers = knobs.num_workers or 0
+    data = 0.12 / workers if workers else 0.12
+    step = max(data, 0.04) if workers else data + 0.04
+    step *= 1.6 if workers >= 4 else 1.0  # more workers than pay off: contention
+    return record(step, warmup_s=0.5 + 0.3 * workers, wait=0.7 if step > 0.05 else 0.05)
+
+
+EIGHT_CORES = replace(CPU, usable_cores=8, cpu_threads=8)
+
+
+def test_workers_stop_early_once_throughput_stops_rising():
+    tuner, recorded = search(input_bound, Options(groups=frozenset({"loader"})),
+                             hardware=EIGHT_CORES)
+    outcome = tuner.run()
+    tried = sorted({t.knobs.num_workers for t in recorded.ran if t.knobs.num_workers})
+    assert tried == [1, 2, 4]  # 8 never ran: 4 was no better than 2
+    assert outcome.knobs.num_workers == 2
+    assert outcome.knobs.persistent_workers is True  # 0.6 s start-up per 1.9 s epoch
+
+
+def test_input_bound_baseline_visits_the_loader_first():
+    tuner, recorded = search(input_bound, hardware=EIGHT_CORES)
+    tuner.run()
+    first_stage = recorded.plans[1]
+    assert any("workers=1" in trial_id for trial_id in first_stage)
+
+
+def test_tie_keeps_the_simpler_settings():
+    def timing(knobs: Knobs) -> dict:  # one thread is 1% faster: within noise
+        return record(0.099 if knobs.cpu_threads == 1 else 0.1)
+
+    outcome = search(timing, Options(groups=frozenset({"threads"})))[0].run()
+    assert outcome.knobs == Knobs()
+    assert any("no gain beyond noise" in r.reason for r in outcome.rejected)
+
+
+def test_failed_candidate_is_rejected_with_its_cause():
+    def timing(knobs: Knobs) -> dict:
+        if knobs.micro_batch_size == 128:
+            return record(0.05, status="oom")
+        return compute_bound(knobs)
+
+    outcome = search(timing, Options(groups=frozenset({"batch"})))[0].run()
+    assert outcome.knobs.micro_batch_size is None
+    assert outcome.rejected[0].reason == "oom: out of memory"
+
+
+def test_smaller_micro_batch_with_accumulation_when_faster():
+    def timing(knobs: Knobs) -> dict:
+        return record({None: 0.1, 128: 0.07, 64: 0.08, 32: 0.09}[knobs.micro_batch_size])
+
+    tuner, recorded = search(timing, Options(groups=frozenset({"batch"})))
+    outcome = tuner.run()
+    assert outcome.knobs.micro_batch_size == 128
+    assert 32 not in {t.knobs.micro_batch_size for t in recorded.ran}  # stopped after 64
+
+
+def test_nothing_better_keeps_defaults():
+    outcome = search(lambda knobs: record(0.1))[0].run()
+    assert outcome.knobs == Knobs()
+    assert outcome.speedup == pytest.approx(1.0)
+
+
+def test_failing_baseline_is_an_error():
+    with pytest.raises(SearchError, match="fails with PyTorch defaults"):
+        search(lambda knobs: record(0.1, status="error"))[0].run()
+
+
+def test_helpers():
+    assert describe(Knobs(num_workers=2, amp_dtype="bfloat16")) == "workers=2,amp=bfloat16"
+    assert describe(Knobs()) == "defaults"
+    assert loss_drift([2.3, 2.2], [2.3, 2.2]) == 0
+    assert loss_drift(None, [2.3]) == math.inf

@@ -1,0 +1,95 @@
+"""cuDNN rules: a loaded cuDNN against the compiled one; a mere listing is not evidence."""
+
+from __future__ import annotations
+
+from doctor_helpers import categories, cuda_torch, machine, only, run
+
+SYSTEM_CUDNN = [
+    "/usr/local/cuda-11.4/targets/x86_64-linux/lib/libcudnn.so.8",
+    "/usr/local/cuda-11.4/targets/x86_64-linux/lib/libcudnn_ops_infer.so.8",
+]
+
+
+def test_listed_system_cudnn_next_to_a_pip_wheel_is_not_a_mismatch() -> None:
+    snapshot = machine(
+        cuda_torch("1.9.0+cu102"),
+        "470.42.01",
+        ["NVIDIA GeForce MX150"],
+        cudnn_libraries=SYSTEM_CUDNN,
+    )
+    assert "cudnn-mismatch" not in categories(run(snapshot))
+
+
+def test_stated_older_runtime_cudnn_is_a_mismatch() -> None:
+    snapshot = machine(cuda_torch("1.12.0+cu113"), None, None, cudnn_libraries=["8.0.3"])
+    found = only(run(snapshot), "TU301")
+    assert found.severity == "error"
+    assert "8.0.3" in found.message and "8.3.2" in found.message
+
+
+def test_pip_cudnn_wheel_gives_the_compiled_version() -> None:
+    snapshot = machine(
+        {"installed": None},
+        None,
+        None,
+        cudnn_libraries=["9.13.1"],
+        pip_packages={"nvidia-cudnn-cu12": "9.20.0"},
+    )
+    assert "9.20.0" in only(run(snapshot), "TU301").message
+
+
+def test_newer_runtime_minor_is_fine_but_other_major_is_not() -> None:
+    newer = machine(
+        {**cuda_torch("2.4.1+cu121"), "cudnn_compiled": "9.1.0", "cudnn_runtime": "9.5.1"},
+        "550.54.14",
+        None,
+    )
+    assert "cudnn-mismatch" not in categories(run(newer))
+    other = machine(
+        {**cuda_torch("2.4.1+cu121"), "cudnn_compiled": "9.1.0", "cudnn_runtime": "8.9.7"},
+        "550.54.14",
+        None,
+    )
+    assert "different major" in only(run(other), "TU301").message
+
+
+def test_torch_error_text_and_ld_library_path_fix() -> None:
+    snapshot = machine(
+        cuda_torch("1.12.0+cu113"),
+        "510.47.03",
+        None,
+        env={"LD_LIBRARY_PATH": "/public/apps/cudnn/v8.0.3.33-cuda.11.0/cuda/lib64:/usr/lib"},
+        messages=[
+            "RuntimeError: cuDNN version incompatibility: PyTorch was compiled  against (8, 3, 2) "
+            "but linked against (8, 0, 3)"
+        ],
+    )
+    found = only(run(snapshot), "TU301")
+    assert "/public/apps/cudnn/v8.0.3.33-cuda.11.0/cuda/lib64" in found.fix
+
+
+def test_system_cudnn_on_ld_library_path_counts_as_loaded() -> None:
+    snapshot = machine(
+        cuda_torch("2.1.0+cu121"),
+        "535.104.05",
+        None,
+        cudnn_libraries=["/opt/cudnn/lib/libcudnn.so.8.2.1"],
+        env={"LD_LIBRARY_PATH": "/opt/cudnn/lib"},
+    )
+    assert "8.2.1" in only(run(snapshot), "TU301").message
+
+
+def test_cudnn_directory_on_ld_library_path_without_versions_warns() -> None:
+    snapshot = machine(
+        cuda_torch("2.1.0+cu121"), "535.104.05", None, env={"LD_LIBRARY_PATH": "/opt/cudnn-8/lib"}
+    )
+    assert only(run(snapshot), "TU302").severity == "warning"
+
+
+def test_new_cudnn_drops_pre_turing_gpus() -> None:
+    snapshot = machine(
+        {**cuda_torch("2.9.1+cu130"), "cudnn_compiled": "9.13.0"},
+        "580.82.07",
+        ["Tesla V100-SXM2-16GB"],
+    )
+    assert only(run(snapshot), "TU303").severity == "warning"

@@ -1,0 +1,63 @@
+"""NCCL rules."""
+
+from __future__ import annotations
+
+from doctor_helpers import categories, codes, cuda_torch, machine, only, run
+
+
+def test_nccl_wheels_for_two_cuda_majors() -> None:
+    snapshot = machine(
+        {"installed": True, "importable": False},
+        None,
+        None,
+        pip_packages={"nvidia-nccl-cu12": "2.29.3", "nvidia-nccl-cu13": "2.29.7"},
+    )
+    found = only(run(snapshot), "TU401")
+    assert found.severity == "error"
+    assert found.fix.startswith("pip uninstall -y nvidia-nccl-cu12")
+
+
+def test_the_build_decides_which_nccl_wheel_stays() -> None:
+    snapshot = machine(
+        cuda_torch("2.2.2+cu121"),
+        "550.54.14",
+        None,
+        pip_packages={"nvidia-nccl-cu11": "2.14.3", "nvidia-nccl-cu12": "2.19.3"},
+    )
+    assert only(run(snapshot), "TU401").fix.startswith("pip uninstall -y nvidia-nccl-cu11")
+
+
+def test_one_nccl_wheel_is_fine() -> None:
+    snapshot = machine(
+        cuda_torch("2.8.0+cu128"), "570.124.04", None, pip_packages={"nvidia-nccl-cu12": "2.27.3"}
+    )
+    assert "nccl-problem" not in categories(run(snapshot))
+
+
+def test_transport_switches_warn() -> None:
+    snapshot = machine(
+        cuda_torch("2.8.0+cu128"),
+        "570.124.04",
+        None,
+        env={"NCCL_P2P_DISABLE": "1", "NCCL_IB_DISABLE": "0"},
+    )
+    found = only(run(snapshot), "TU403")
+    assert found.severity == "warning" and "NCCL_P2P_DISABLE=1" in found.message
+
+
+def test_missing_nccl_symbol_and_preloaded_library() -> None:
+    snapshot = machine(
+        cuda_torch("2.2.0+cu121"),
+        "550.54.14",
+        None,
+        env={"LD_PRELOAD": "/opt/nccl/libnccl.so.2"},
+        messages=["ImportError: libtorch_cuda.so: undefined symbol: ncclCommRegister"],
+    )
+    assert {"TU402", "TU404"} <= codes(run(snapshot))
+
+
+def test_two_libnccl_versions_on_the_path() -> None:
+    snapshot = machine(
+        cuda_torch("2.2.0+cu121"), "550.54.14", None, nccl_versions=["2.18.1", "2.19.3"]
+    )
+    assert "TU404" in codes(run(snapshot))

@@ -1,0 +1,45 @@
+"""ROCm rules."""
+
+from __future__ import annotations
+
+from doctor_helpers import categories, cuda_torch, machine, only, run
+
+
+def test_amd_gpu_with_default_pypi_wheel() -> None:
+    snapshot = machine({"version": "2.4.1"}, None, ["AMD Radeon RX 6650 XT"], os="Linux")
+    found = only(run(snapshot), "TU601")
+    assert found.severity == "error"
+    assert (
+        found.fix == "pip install torch==2.4.1 --index-url https://download.pytorch.org/whl/rocm6.1"
+    )
+
+
+def test_amd_gpu_with_release_before_rocm_wheels() -> None:
+    found = only(run(machine({"version": "1.6.0"}, None, ["AMD Raven"], python="3.6")), "TU601")
+    assert "rocm" in found.fix
+
+
+def test_rocm_build_on_nvidia_machine() -> None:
+    snapshot = machine(
+        {"version": "2.6.0+rocm6.2.4", "build": "rocm", "hip": "6.2.41133"},
+        "560.35.03",
+        ["NVIDIA GeForce RTX 4090"],
+    )
+    found = only(run(snapshot), "TU602")
+    assert "cu126" in found.fix
+
+
+def test_rocm_build_with_amd_gpu_is_fine() -> None:
+    snapshot = machine(
+        {"version": "2.6.0+rocm6.2.4", "build": "rocm", "hip": "6.2.41133"},
+        None,
+        ["AMD Instinct MI250X"],
+    )
+    assert "rocm-build" not in categories(run(snapshot))
+
+
+def test_windows_amd_fix_names_linux() -> None:
+    snapshot = machine(
+        cuda_torch("2.4.1+cu121"), None, ["AMD Radeon RX 7900 XTX"], os="Microsoft Windows 11"
+    )
+    assert "Linux" in only(run(snapshot), "TU601").fix

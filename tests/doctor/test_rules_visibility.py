@@ -1,0 +1,67 @@
+"""Visibility rules: the GPU is there but torch cannot see it."""
+
+from __future__ import annotations
+
+from doctor_helpers import categories, codes, cuda_torch, machine, only, run
+
+WINDOWS = "Microsoft Windows 10 Pro"
+
+
+def test_cuda_build_with_gpu_but_not_available() -> None:
+    snapshot = machine(
+        cuda_torch("1.12.1+cu113", available=False),
+        None,
+        ["NVIDIA GeForce RTX 2070 SUPER"],
+        os=WINDOWS,
+    )
+    found = only(run(snapshot), "TU501")
+    assert found.severity == "error" and "CUDA_VISIBLE_DEVICES" in found.fix
+
+
+def test_driver_line_without_torch_details() -> None:
+    snapshot = machine({"installed": None, "cuda_available": False}, "387.12", None, python="3.6")
+    assert "TU501" in codes(run(snapshot))
+
+
+def test_cuda_visible_devices_names_a_missing_gpu() -> None:
+    snapshot = machine(
+        cuda_torch("2.4.1+cu121", available=False),
+        "550.54.14",
+        ["NVIDIA GeForce RTX 3090"],
+        env={"CUDA_VISIBLE_DEVICES": "2"},
+    )
+    found = only(run(snapshot), "TU502")
+    assert "only 1 GPU" in found.message
+
+
+def test_cuda_visible_devices_empty_hides_everything() -> None:
+    snapshot = machine(
+        cuda_torch("2.4.1+cu121", available=False),
+        "550.54.14",
+        ["NVIDIA A100-SXM4-80GB"],
+        env={"CUDA_VISIBLE_DEVICES": ""},
+    )
+    assert "hides every GPU" in only(run(snapshot), "TU502").message
+
+
+def test_container_without_compute_capability() -> None:
+    snapshot = machine(
+        cuda_torch("2.4.1+cu121", available=False),
+        "550.54.14",
+        ["NVIDIA A100-SXM4-80GB"],
+        env={"NVIDIA_DRIVER_CAPABILITIES": "utility"},
+    )
+    assert "compute,utility" in only(run(snapshot), "TU503").fix
+
+
+def test_driver_too_old_explains_the_missing_gpu() -> None:
+    snapshot = machine(cuda_torch("2.1.0+cu121", available=False), "470.182.03", ["Tesla T4"])
+    assert "no-gpu-visible" not in categories(run(snapshot))
+
+
+def test_visible_gpu_is_fine_and_cpu_builds_are_not_this_rule() -> None:
+    assert "no-gpu-visible" not in categories(
+        run(machine(cuda_torch("2.4.1+cu121"), "550.54.14", ["Tesla T4"]))
+    )
+    cpu = machine({"version": "2.4.1+cpu", "cuda_available": False}, "550.54.14", ["Tesla T4"])
+    assert "no-gpu-visible" not in categories(run(cpu))

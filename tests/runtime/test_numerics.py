@@ -1,0 +1,219 @@
+"""Numerics of tuned_loop + tuned_loader on the CPU: identical without settings, equivalent
+gradients with accumulation (per-sample and token-level losses), AMP and compile fallbacks."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from runtime_helpers import assert_close_parameters, make_dataset, make_model, parameters
+from torch.nn import functional as F
+from torch.utils.data import DataLoader
+
+from tuneup import tuned_loader, tuned_loop
+from tuneup.settings import TuneupWarning
+
+
+def plain_run(batch_size: int = 32, size: int = 96, **loader_kwargs: object):
+    """The plain PyTorch loop the wrappers must reproduce: losses and final parameters."""
+    model = make_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9)
+    losses = []
+    for x, y in DataLoader(make_dataset(size), batch_size=batch_size, shuffle=True, **loader_kwargs):
+        optimizer.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return losses, parameters(model)
+
+
+def tuned_run(batch_size: int = 32, size: int = 96, **loader_kwargs: object):
+    model = make_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9)
+    loop = tuned_loop(model, optimizer)
+    losses = []
+    loader = tuned_loader(make_dataset(size), batch_size=batch_size, shuffle=True, loop=loop,
+                          **loader_kwargs)
+    for x, y in loader:
+        with loop.step():
+            loss = F.cross_entropy(loop.model(x), y)
+        loop.backward(loss)
+        losses.append(loss.item())
+    return losses, parameters(model), loop
+
+
+def test_no_settings_is_bit_identical_to_plain_pytorch(no_warnings):
+    plain_losses, plain_params = plain_run()
+    losses, params, loop = tuned_run()
+    assert losses == plain_losses
+    assert all(torch.equal(a, b) for a, b in zip(params, plain_params))
+    assert loop.stats().steps == 3
+
+
+def test_disable_makes_a_settings_file_pass_through(write_settings, monkeypatch, no_warnings):
+    write_settings(micro_batch_size=8, amp_dtype="bfloat16", cpu_threads=1)
+    monkeypatch.setenv("TUNEUP_DISABLE", "1")
+    threads = torch.get_num_threads()
+    assert tuned_run()[0] == plain_run()[0]
+    assert torch.get_num_threads() == threads
+
+
+@pytest.mark.parametrize("micro", [8, 12, 31])  # divides 32; uneven (12+12+8); 31+1
+def test_accumulation_matches_the_full_batch(write_settings, micro):
+    write_settings(micro_batch_size=micro)
+    plain_losses, plain_params = plain_run(batch_size=32, size=80)  # last batch: 16 samples
+    losses, params, loop = tuned_run(batch_size=32, size=80)
+    assert loop.stats().steps == 3
+    assert len(losses) == sum(-(-n // micro) for n in (32, 32, 16))
+    assert_close_parameters(params, plain_params)
+
+
+def test_accumulation_with_drop_last(write_settings):
+    write_settings(micro_batch_size=16)
+    _, plain_params = plain_run(batch_size=32, size=80, drop_last=True)
+    _, params, loop = tuned_run(batch_size=32, size=80, drop_last=True)
+    assert loop.stats().steps == 2
+    assert_close_parameters(params, plain_params)
+
+
+def token_batches(pad: int = -100):
+    """Sequences of different lengths padded with ``pad``: a token-level loss."""
+    generator = torch.Generator().manual_seed(3)
+    tokens = torch.randn(12, 5, 4, generator=generator)
+    labels = torch.randint(0, 3, (12, 5), generator=generator)
+    lengths = torch.tensor([5, 1, 2, 5, 3, 1, 4, 5, 2, 1, 1, 5])
+    labels[torch.arange(5)[None, :] >= lengths[:, None]] = pad
+    return torch.utils.data.TensorDataset(tokens, labels)
+
+
+def token_loss(model, x, y):
+    return F.cross_entropy(model(x).flatten(0, 1), y.flatten(), ignore_index=-100)
+
+
+def test_token_level_loss_with_num_items(write_settings):
+    torch.manual_seed(0)
+    plain = torch.nn.Linear(4, 3)
+    tuned = torch.nn.Linear(4, 3)
+    tuned.load_state_dict(plain.state_dict())
+    dataset = token_batches()
+    plain_optimizer = torch.optim.SGD(plain.parameters(), lr=1.0)
+    x, y = dataset.tensors
+    token_loss(plain, x, y).backward()  # mean over all 12 sequences' real tokens
+    plain_optimizer.step()
+
+    write_settings(micro_batch_size=5)  # 5 + 5 + 2 sequences, very different token counts
+    loop = tuned_loop(tuned, torch.optim.SGD(tuned.parameters(), lr=1.0))
+    for x, y in tuned_loader(dataset, batch_size=12, loop=loop):
+        with loop.step():
+            loss = token_loss(loop.model, x, y)
+        loop.backward(loss, num_items=(y != -100).sum())
+    assert loop.stats().steps == 1
+    assert_close_parameters(parameters(tuned), parameters(plain))
+
+
+def test_clipping_matches_plain_clip(write_settings):
+    write_settings(micro_batch_size=10)
+    model, reference = make_model(), make_model()
+    x, y = make_dataset(40).tensors
+    plain_optimizer = torch.optim.SGD(reference.parameters(), lr=1.0)
+    F.cross_entropy(reference(x), y).backward()
+    torch.nn.utils.clip_grad_norm_(reference.parameters(), 0.01)
+    plain_optimizer.step()
+
+    loop = tuned_loop(model, torch.optim.SGD(model.parameters(), lr=1.0))
+    for xb, yb in tuned_loader(make_dataset(40), batch_size=40, loop=loop):
+        with loop.step():
+            loss = F.cross_entropy(loop.model(xb), yb)
+        loop.backward(loss, max_grad_norm=0.01)
+    assert_close_parameters(parameters(model), parameters(reference))
+
+
+def test_bf16_autocast_on_cpu(write_settings, no_warnings):
+    write_settings(amp_dtype="bfloat16")
+    model = make_model()
+    loop = tuned_loop(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    x, y = next(iter(tuned_loader(make_dataset(), batch_size=32, loop=loop)))
+    with loop.step():
+        logits = loop.model(x)
+        loss = F.cross_entropy(logits, y)
+    assert logits.dtype is torch.bfloat16
+    assert loop.scaler is None
+    loop.backward(loss)
+    assert all(p.dtype is torch.float32 and torch.isfinite(p).all() for p in model.parameters())
+    with torch.no_grad():
+        reference = F.cross_entropy(make_model()(x), y)
+    assert abs(loss.item() - reference.item()) < 0.05
+
+
+def test_fp16_on_cpu_warns_once_and_trains_in_fp32(write_settings):
+    write_settings(amp_dtype="float16")
+    with pytest.warns(TuneupWarning, match="float16 autocast is not used on the CPU") as caught:
+        losses, _, loop = tuned_run()
+    assert len([w for w in caught if issubclass(w.category, TuneupWarning)]) == 1
+    assert loop.amp_dtype is None
+    assert losses == plain_run()[0]
+
+
+def test_grad_scaler_wiring_matches_a_manual_scaler_loop():
+    """The float16 path: scale, (unscale + clip), step, update — checked with a CPU GradScaler."""
+    def run(tuned: bool) -> list[torch.Tensor]:
+        model = make_model()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+        scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 10)
+        loop = tuned_loop(model, optimizer)
+        loop.scaler = scaler
+        for x, y in DataLoader(make_dataset(), batch_size=32):
+            loss = F.cross_entropy(model(x), y)
+            if tuned:
+                loop.backward(loss, max_grad_norm=1.0)
+            else:
+                scaler.scale(loss).backward()
+                scaler.unscale_(optimizer)
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                scaler.step(optimizer)
+                scaler.update()
+                optimizer.zero_grad()
+        return parameters(model) + [torch.tensor(scaler.get_scale())]
+
+    assert_close_parameters(run(tuned=True), run(tuned=False))
+
+
+def test_compile_failure_at_first_call_falls_back_to_eager(write_settings, monkeypatch):
+    class Broken(torch.nn.Module):
+        def __init__(self, inner: torch.nn.Module) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, *args: object) -> torch.Tensor:
+            raise RuntimeError("backend compiler failed\nlong details")
+
+    monkeypatch.setattr(torch, "compile", lambda model, mode=None: Broken(model))
+    write_settings(compile_mode="max-autotune")
+    with pytest.warns(TuneupWarning, match=r"failed at the first call \(RuntimeError: backend compiler failed\); running eager") as caught:
+        losses, _, loop = tuned_run()
+    assert len(caught) == 1
+    assert losses == plain_run()[0]
+    assert loop.model(make_dataset().tensors[0]).shape == (96, 2)
+
+
+def test_compile_failure_at_compile_time_falls_back_to_eager(write_settings, monkeypatch):
+    def refuse(model, mode=None):
+        raise RuntimeError("no compiler here")
+
+    monkeypatch.setattr(torch, "compile", refuse)
+    write_settings(compile_mode="default")
+    with pytest.warns(TuneupWarning, match="no compiler here"):
+        losses, _, loop = tuned_run()
+    assert loop.model is loop.eager_model
+    assert losses == plain_run()[0]
+
+
+def test_real_compile_runs_and_matches_eager(write_settings):
+    write_settings(compile_mode="default")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TuneupWarning)
+        losses, _, loop = tuned_run(size=64)
+    assert loop.model is not loop.eager_model
+    torch.testing.assert_close(losses, plain_run(size=64)[0], atol=1e-5, rtol=1e-5)

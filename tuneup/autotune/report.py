@@ -1,0 +1,150 @@
+"""What the user sees: live progress while trials run, then the result as a table or JSON."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from tuneup.autotune.runner import Trial, TrialResult
+from tuneup.autotune.search import Outcome
+from tuneup.autotune.space import default_value
+from tuneup.settings import Knobs
+
+
+class Progress:
+    """Current stage and trial, best so far and time left; one line per trial off a terminal."""
+
+    def __init__(self, console: Console, time_left: Callable[[], float], quiet: bool = False) -> None:
+        self.console = console
+        self.time_left = time_left
+        self.quiet = quiet
+        self.stage_name = "starting"
+        self.current = ""
+        self.best_text = "—"
+        self._live: Live | None = None
+
+    def __enter__(self) -> Progress:
+        if self.console.is_terminal and not self.quiet:
+            self._live = Live(self._render(), console=self.console, refresh_per_second=4,
+                              transient=True, get_renderable=self._render)
+            self._live.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._live is not None:
+            self._live.__exit__(None, None, None)
+            self._live = None
+
+    def _render(self) -> Text:
+        left = max(0.0, self.time_left())
+        return Text.assemble(
+            ("autotune ", "bold"), (f"[{self.stage_name}] ", "cyan"),
+            f"trial: {self.current or '—'}  ", ("best: ", "bold"), f"{self.best_text}  ",
+            (f"{left:.0f} s left", "dim"),
+        )
+
+    def _line(self, text: str) -> None:
+        if self._live is None and not self.quiet:
+            self.console.print(text, highlight=False, markup=False)
+
+    def stage(self, name: str) -> None:
+        self.stage_name = name
+
+    def trial_started(self, trial: Trial) -> None:
+        self.current = trial.id
+
+    def trial_finished(self, result: TrialResult) -> None:
+        self.current = ""
+        speed = f"{result.samples_per_s:.0f} samples/s" if result.samples_per_s else result.message
+        self._line(f"  [{self.stage_name}] {result.trial.id}: {result.status}"
+                   + (f", {speed}" if speed else "")
+                   + f"  ({max(0.0, self.time_left()):.0f} s left)")
+
+    def best(self, samples_per_s: float, speedup: float) -> None:
+        self.best_text = f"{samples_per_s:.0f} samples/s ({speedup:.2f}x)"
+
+
+def knob_rows(outcome: Outcome) -> list[tuple[str, Any, Any]]:
+    """(knob, PyTorch default, chosen) for every knob; chosen equals default when untouched."""
+    rows = []
+    for name, value in outcome.knobs.to_dict().items():
+        default = default_value(name, outcome.hardware)
+        rows.append((name, default, default if value is None else value))
+    return rows
+
+
+def to_json(outcome: Outcome, script: Path, output: Path | None, elapsed_s: float,
+            budget_s: float) -> dict[str, Any]:
+    """The result as one JSON-ready object (what ``--format json`` prints)."""
+    return {
+        "script": str(script),
+        "settings": str(output) if output else None,
+        "device": outcome.hardware.device,
+        "effective_batch": outcome.hardware.effective_batch,
+        "baseline_samples_per_s": round(outcome.baseline_samples_per_s, 2),
+        "tuned_samples_per_s": round(outcome.tuned_samples_per_s, 2),
+        "speedup": round(outcome.speedup, 3),
+        "knobs": {name: {"default": default, "chosen": chosen}
+                  for name, default, chosen in knob_rows(outcome)},
+        "settings_knobs": outcome.knobs.to_dict(),
+        "rejected": [{"trial": r.trial_id, "reason": r.reason} for r in outcome.rejected],
+        "notes": outcome.notes,
+        "trials": [_trial_json(r) for r in outcome.results],
+        "elapsed_s": round(elapsed_s, 1),
+        "budget_s": budget_s,
+    }
+
+
+def _trial_json(result: TrialResult) -> dict[str, Any]:
+    return {
+        "id": result.trial.id,
+        "status": result.status,
+        "samples_per_s": result.samples_per_s,
+        "step_s": result.step_time,
+        "warmup_s": result.warmup_s,
+        "data_wait_share": result.data_wait_share,
+        "message": result.message or None,
+    }
+
+
+def print_table(console: Console, outcome: Outcome, output: Path | None, elapsed_s: float) -> None:
+    """The human summary: knobs default → chosen, throughput, speedup, rejections."""
+    table = Table(title="tuneup autotune", title_justify="left")
+    table.add_column("knob")
+    table.add_column("default")
+    table.add_column("chosen")
+    for name, default, chosen in knob_rows(outcome):
+        changed = chosen != default
+        table.add_row(name, _show(default), Text(_show(chosen), style="bold green" if changed else ""))
+    console.print(table)
+    console.print(f"samples/s: defaults {outcome.baseline_samples_per_s:,.0f} -> tuned "
+                  f"{outcome.tuned_samples_per_s:,.0f}, speedup [bold]{outcome.speedup:.2f}x[/bold]",
+                  highlight=False)
+    console.print(f"({outcome.hardware.device}, effective batch {outcome.hardware.effective_batch}, "
+                  f"{len(outcome.results)} trials in {elapsed_s:.0f} s)", highlight=False)
+    if outcome.rejected:
+        console.print("rejected:")
+        for rejection in outcome.rejected:
+            console.print(f"  {rejection.trial_id}: {rejection.reason}", highlight=False, markup=False)
+    for note in outcome.notes:
+        console.print(f"note: {note}", highlight=False, markup=False)
+    if output:
+        console.print(f"settings written to {output}", highlight=False, markup=False)
+
+
+def _show(value: Any) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return str(value)
+
+
+def settings_changed(knobs: Knobs) -> bool:
+    return any(v is not None for v in knobs.to_dict().values())

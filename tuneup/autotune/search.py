@@ -1,0 +1,506 @@
+"""The budgeted, staged search: which knobs to try, in what order, and what to keep.
+
+Not a grid. After one baseline trial (plain PyTorch), stages run in order of expected
+impact, each starting from the best settings so far (the *incumbent*) and measuring it
+again in the same process as its candidates, so every comparison is like for like:
+
+* ``amp``      autocast dtypes the device supports (CUDA also TF32 matmuls), loss-checked;
+* ``batch``    smaller micro-batches with accumulation (same effective batch), early stop;
+* ``loader``   ``num_workers`` upwards with early stop, then ``prefetch_factor`` /
+               ``pin_memory`` where they matter and ``persistent_workers`` from the
+               measured worker start-up;
+* ``threads``  intra-op threads on a CPU run, where workers and threads share the cores;
+* ``compile``  last and amortised: kept only when the saved step time times the expected
+               steps exceeds the measured compile time, and its losses match eager.
+
+An input-bound baseline (waiting for data a large share of the time) visits ``loader`` and
+``threads`` first. A stage that found nothing is visited again once if later stages moved
+the incumbent. Finally the winner, the defaults and the least certain simplification are
+re-run interleaved in one process; within noise the simpler settings win.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from tuneup.autotune import space
+from tuneup.autotune.runner import BUDGET, OK, SKIPPED, Trial, TrialResult
+from tuneup.autotune.space import CUDA_GRAPH_MODES, GROUPS, Hardware
+from tuneup.settings import Knobs
+
+INPUT_BOUND_SHARE = 0.3  # baseline data-wait share above which the loader goes first
+PREFETCH_WAIT_SHARE = 0.1  # data-wait share left that makes a deeper prefetch worth a trial
+PERSISTENT_STARTUP_SHARE = 0.01  # worker start-up per epoch worth keeping workers alive
+COMPILE_GUESS_S = 45.0  # compile-trial overhead assumed before one has been measured
+DEFAULT_STARTUP_S = 5.0
+# Weight of each knob in "simpler": fewer and lighter changes win ties.
+COMPLEXITY = {"compile_mode": 4, "amp_dtype": 3, "micro_batch_size": 3, "num_workers": 1,
+              "cpu_threads": 1, "prefetch_factor": 1, "pin_memory": 1, "persistent_workers": 1,
+              "cudnn_benchmark": 1, "float32_matmul_precision": 2}
+
+
+class SearchError(Exception):
+    """Nothing to tune: the script fails with PyTorch defaults, or no time to measure it."""
+
+
+class Executor(Protocol):
+    """Runs trials (the :class:`~tuneup.autotune.runner.Runner`, or recorded timings in tests)."""
+
+    hardware: Hardware | None
+    startup_s: float | None
+
+    def run(self, trials: list[Trial],
+            stop: Callable[[TrialResult], bool] | None = None) -> list[TrialResult]: ...
+
+    def time_left(self) -> float: ...
+
+
+@dataclass
+class Options:
+    groups: frozenset[str] = frozenset(GROUPS)
+    expected_steps: int = 5000
+    loss_tolerance: float = 0.05  # relative distance from the fp32 losses that is accepted
+    min_gain: float = 0.03  # smallest speed-up worth a change, even on a quiet machine
+    max_memory_bytes: int | None = None
+    memory_headroom: float = 0.85  # share of --max-memory a chosen micro-batch may use
+
+
+@dataclass
+class Rejection:
+    trial_id: str
+    reason: str
+
+
+@dataclass
+class Outcome:
+    """The search's answer."""
+
+    hardware: Hardware
+    knobs: Knobs
+    baseline_samples_per_s: float
+    tuned_samples_per_s: float
+    results: list[TrialResult]
+    rejected: list[Rejection]
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def speedup(self) -> float:
+        return self.tuned_samples_per_s / self.baseline_samples_per_s
+
+
+def complexity(knobs: Knobs) -> int:
+    return sum(w for name, w in COMPLEXITY.items() if getattr(knobs, name) is not None)
+
+
+def describe(knobs: Knobs) -> str:
+    """Short label of the knobs that differ from PyTorch defaults: ``amp=bfloat16,workers=2``."""
+    short = {"num_workers": "workers", "amp_dtype": "amp", "compile_mode": "compile",
+             "micro_batch_size": "micro_batch", "cpu_threads": "threads",
+             "prefetch_factor": "prefetch", "persistent_workers": "persistent",
+             "float32_matmul_precision": "matmul", "cudnn_benchmark": "cudnn_benchmark",
+             "pin_memory": "pin_memory"}
+    parts = [f"{short[k]}={v}" for k, v in knobs.to_dict().items() if v is not None]
+    return ",".join(parts) or "defaults"
+
+
+def _key(knobs: Knobs) -> str:
+    return json.dumps(knobs.to_dict(), sort_keys=True)
+
+
+def loss_drift(losses: list[float] | None, reference: list[float]) -> float:
+    """Largest relative distance of ``losses`` from the reference trajectory (inf if unusable)."""
+    if not losses or len(losses) < len(reference) or not all(map(math.isfinite, losses)):
+        return math.inf
+    return max(abs(a - b) / max(abs(b), 1e-3) for a, b in zip(losses, reference))
+
+
+class Search:
+    """One tuning run over an :class:`Executor`."""
+
+    def __init__(self, executor: Executor, options: Options | None = None,
+                 on_best: Callable[[float, float], None] | None = None,
+                 on_stage: Callable[[str], None] | None = None) -> None:
+        self.executor = executor
+        self.options = options or Options()
+        self.on_best = on_best or (lambda speed, speedup: None)
+        self.on_stage = on_stage or (lambda name: None)
+        self.results: list[TrialResult] = []
+        self.rejected: list[Rejection] = []
+        self.notes: list[str] = []
+        self.banned: set[tuple[str, object]] = set()  # (knob, value) that failed or drifted
+        self.changes: list[tuple[str, Knobs, float]] = []  # (stage, knobs before, gain)
+        self.hw = Hardware()
+        self.reference_losses: list[float] = []
+        self.incumbent = Knobs()
+        self.incumbent_result: TrialResult | None = None
+        self.baseline: TrialResult | None = None
+        self.speedup = 1.0  # incumbent over baseline, chained through the stages
+        self._ids: dict[str, int] = {}
+
+    # ---- measuring ----------------------------------------------------------------
+
+    def speed(self, result: TrialResult) -> float:
+        """Samples per second of the effective batch."""
+        if result.step_time:
+            return self.hw.effective_batch / result.step_time
+        return result.samples_per_s or 0.0
+
+    def margin(self, a: TrialResult, b: TrialResult) -> float:
+        """Relative difference that counts as real between two measurements."""
+        return max(self.options.min_gain, 2 * math.hypot(a.noise, b.noise))
+
+    def better(self, candidate: TrialResult, reference: TrialResult) -> bool:
+        return self.speed(candidate) > self.speed(reference) * (1 + self.margin(candidate, reference))
+
+    def within_noise(self, a: TrialResult, b: TrialResult) -> bool:
+        return abs(self.speed(a) / self.speed(b) - 1) <= self.margin(a, b)
+
+    def trial(self, knobs: Knobs, check: bool = False) -> Trial:
+        label = describe(knobs)
+        self._ids[label] = self._ids.get(label, 0) + 1
+        n = self._ids[label]
+        return Trial(label if n == 1 else f"{label} #{n}", knobs, check)
+
+    def measure(self, trials: list[Trial],
+                stop: Callable[[TrialResult], bool] | None = None) -> list[TrialResult]:
+        results = self.executor.run(trials, stop)
+        self.results.extend(results)
+        return results
+
+    def trial_seconds(self) -> float:
+        """Expected wall time of one ordinary trial, from the baseline."""
+        base = self.baseline
+        step = base.step_time if base and base.step_time else 0.5
+        warmup = base.warmup_s if base and base.warmup_s is not None else 2 * step
+        return warmup + max(1.0, 6 * step) + 4 * step + 0.5
+
+    def timeout(self, trial: Trial) -> float:
+        """Per-trial timeout for the runner: generous, and longer for compile trials."""
+        if self.baseline is None:
+            return 300.0
+        seconds = max(60.0, 10 * self.trial_seconds())
+        return seconds + (600.0 if trial.knobs.compile_mode else 0.0)
+
+    def startup_seconds(self) -> float:
+        return self.executor.startup_s or DEFAULT_STARTUP_S
+
+    def affordable(self, trials: int, extra_s: float = 0.0) -> int:
+        """How many of ``trials`` fit in the budget after the confirmation reserve."""
+        reserve = self.startup_seconds() + 4 * self.trial_seconds()
+        left = self.executor.time_left() - reserve - self.startup_seconds() - extra_s
+        return max(0, min(trials, int(left // self.trial_seconds())))
+
+    # ---- judging ------------------------------------------------------------------
+
+    def reject(self, result: TrialResult, reason: str, ban: tuple[str, object] | None = None) -> None:
+        self.rejected.append(Rejection(result.trial.id, reason))
+        if ban:
+            self.banned.add(ban)
+
+    def acceptable(self, result: TrialResult) -> bool:
+        """Failures, non-finite or drifting losses and memory over the cap are rejected.
+
+        A rejected knob value (the one the trial changed) is not tried again.
+        """
+        knobs = result.trial.knobs
+        changed = [(k, v) for k, v in knobs.to_dict().items() if getattr(self.incumbent, k) != v]
+        ban = changed[0] if len(changed) == 1 else None
+        if result.status != OK or result.step_time is None and not result.samples_per_s:
+            self.reject(result, f"{result.status}: {result.message}".rstrip(": "), ban)
+            return False
+        if result.trial.check:
+            drift = loss_drift(result.check_losses, self.reference_losses)
+            if drift > self.options.loss_tolerance:
+                why = ("loss went non-finite" if result.check_losses and
+                       not all(map(math.isfinite, result.check_losses)) else
+                       "no comparable check losses" if drift == math.inf else
+                       f"loss left the fp32 trajectory by {drift:.1%} "
+                       f"(tolerance {self.options.loss_tolerance:.0%})")
+                self.reject(result, why, ban)
+                return False
+        accumulating = (knobs.micro_batch_size or self.hw.effective_batch) < self.hw.effective_batch
+        if knobs.compile_mode in CUDA_GRAPH_MODES and accumulating and not result.trial.check:
+            self.reject(result, "CUDA graphs with accumulation need the loss check", ban)
+            return False
+        cap = self.options.max_memory_bytes
+        if cap and result.peak_memory_bytes and result.peak_memory_bytes > cap:
+            self.reject(result, f"peak memory {result.peak_memory_bytes / 2**30:.2f} GiB "
+                                f"above --max-memory", ban)
+            return False
+        return True
+
+    def choose(self, reference: TrialResult, candidates: list[TrialResult], stage: str
+               ) -> TrialResult:
+        """The fastest acceptable result beyond noise of ``reference``; ties go to the simpler."""
+        pool = [reference]
+        for result in candidates:
+            if result.status in (SKIPPED, BUDGET) or not self.acceptable(result):
+                continue
+            if self.better(result, reference):
+                pool.append(result)
+            else:
+                gain = self.speed(result) / self.speed(reference) - 1
+                self.reject(result, f"no gain beyond noise ({gain:+.1%})")
+        best = max(pool, key=self.speed)
+        near = [r for r in pool if r is best or self.within_noise(r, best)]
+        chosen = min(near, key=lambda r: (complexity(r.trial.knobs), -self.speed(r)))
+        self.adopt(chosen, reference, stage)
+        return chosen
+
+    def adopt(self, chosen: TrialResult, reference: TrialResult, stage: str) -> None:
+        """Make ``chosen`` the incumbent; ``reference`` is the old one measured beside it."""
+        gain = self.speed(chosen) / self.speed(reference)
+        if _key(chosen.trial.knobs) != _key(self.incumbent):
+            self.changes.append((stage, self.incumbent, gain - 1))
+            self.incumbent = chosen.trial.knobs
+            self.speedup *= gain
+        self.incumbent_result = chosen
+        assert self.baseline is not None
+        self.on_best(self.speed(self.baseline) * self.speedup, self.speedup)
+
+    # ---- the stages ---------------------------------------------------------------
+
+    def run(self) -> Outcome:
+        self.on_stage("baseline")
+        (baseline,) = self.measure([self.trial(Knobs(), check=True)])
+        if not baseline.ok:
+            raise SearchError(f"the script fails with PyTorch defaults ({baseline.status}: "
+                              f"{baseline.message}); fix that before tuning")
+        self.baseline = self.incumbent_result = baseline
+        self.hw = self.executor.hardware or Hardware()
+        self.reference_losses = [v for v in baseline.check_losses or [] if math.isfinite(v)]
+        self.on_best(self.speed(baseline), 1.0)
+
+        stages = self.stage_order(baseline)
+        visited: list[tuple[str, str]] = []  # (stage, incumbent key when it found nothing)
+        for name in stages:
+            before = _key(self.incumbent)
+            self.run_stage(name)
+            if _key(self.incumbent) == before:
+                visited.append((name, before))
+        for name, key in visited:
+            if name != "compile" and _key(self.incumbent) != key:
+                self.run_stage(name, again=True)
+        return self.confirm()
+
+    def stage_order(self, baseline: TrialResult) -> list[str]:
+        groups = [g for g in GROUPS if g in self.options.groups]
+        if self.hw.on_cuda and "threads" in groups:
+            groups.remove("threads")
+        if (baseline.data_wait_share or 0) >= INPUT_BOUND_SHARE:
+            first = [g for g in ("loader", "threads") if g in groups]
+            groups = first + [g for g in groups if g not in first]
+        return groups
+
+    def run_stage(self, name: str, again: bool = False) -> None:
+        self.on_stage(name + (" (again)" if again else ""))
+        getattr(self, f"stage_{name}")()
+
+    def candidates(self, changed: str, values: list[object], check: bool = False) -> list[Trial]:
+        """Trials changing one knob of the incumbent; none for knobs the script fixes itself."""
+        if changed in self.hw.fixed_knobs:
+            return []
+        return [self.trial(self.incumbent.replace(**{changed: v}), check)
+                for v in values if (changed, v) not in self.banned
+                and v != getattr(self.incumbent, changed)]
+
+    def compare(self, stage: str, trials: list[Trial],
+                stop: Callable[[TrialResult], bool] | None = None) -> TrialResult | None:
+        """Measure the incumbent and ``trials`` in one process and adopt the best.
+
+        Without early stop the incumbent runs first and last (A B.. A) and counts with its
+        faster run: interference on a shared machine only ever slows a trial down.
+        """
+        if not trials:
+            return None
+        repeat = stop is None
+        fits = self.affordable(len(trials) + 1 + repeat)
+        if fits < 2 + repeat:
+            self.notes.append(f"{stage}: skipped, budget too small")
+            return None
+        plan = [self.trial(self.incumbent)] + trials[:fits - 1 - repeat]
+        results = self.measure(plan + [self.trial(self.incumbent)] * repeat, stop)
+        reference = pool(results[:1] + results[len(plan):])
+        if reference is None:
+            self.notes.append(f"{stage}: the incumbent failed to re-run ({results[0].status})")
+            return None
+        return self.choose(reference, results[1:len(plan)], stage)
+
+    def stage_amp(self) -> None:
+        trials = self.candidates("amp_dtype", list(space.amp_dtypes(self.hw)), check=True)
+        if self.incumbent.amp_dtype is None:
+            trials += self.candidates("float32_matmul_precision",
+                                      list(space.matmul_precisions(self.hw)), check=True)
+        if trials:
+            self.compare("amp", trials)
+
+    def stage_batch(self) -> None:
+        trials = self.candidates("micro_batch_size", list(space.micro_batches(self.hw)), check=True)
+        reference = self.incumbent_result
+        cap = self.options.max_memory_bytes
+        over = bool(cap and reference and reference.peak_memory_bytes and
+                    reference.peak_memory_bytes > cap * self.options.memory_headroom)
+        if over:
+            self.stage_batch_headroom(trials)
+            return
+        self.compare("batch", trials, stop=self.stop_when_flat())
+
+    def stage_batch_headroom(self, trials: list[Trial]) -> None:
+        """The incumbent's micro-batch leaves no memory headroom: take the largest that does."""
+        cap = (self.options.max_memory_bytes or 0) * self.options.memory_headroom
+        for result in self.measure(trials):
+            if self.acceptable(result) and (result.peak_memory_bytes or 0) <= cap:
+                self.notes.append(f"batch: micro-batch {result.trial.knobs.micro_batch_size} "
+                                  "chosen for memory headroom")
+                assert self.incumbent_result is not None
+                self.adopt(result, self.incumbent_result, "batch")
+                return
+        self.notes.append("batch: no micro-batch keeps the memory headroom")
+
+    def stop_when_flat(self) -> Callable[[TrialResult], bool]:
+        """Early stop for a monotone sweep: stop once a step fails or stops beating the best."""
+        best: list[TrialResult] = []
+
+        def stop(result: TrialResult) -> bool:
+            if not best:
+                best.append(result)
+                return not result.ok
+            if result.ok and self.better(result, best[0]):
+                best[0] = result
+                return False
+            return True
+
+        return stop
+
+    def stage_loader(self) -> None:
+        workers = [n for n in space.worker_counts(self.hw) if n > (self.incumbent.num_workers or 0)]
+        trials = self.candidates("num_workers", workers)
+        reference = self.incumbent_result
+        if trials:
+            chosen = self.compare("loader", trials, stop=self.stop_when_flat())
+            reference = chosen or reference
+        if not self.incumbent.num_workers or reference is None:
+            return
+        extra = []
+        if self.hw.on_cuda and self.incumbent.pin_memory is None:
+            extra += self.candidates("pin_memory", [True])
+        if (reference.data_wait_share or 0) > PREFETCH_WAIT_SHARE and self.incumbent.prefetch_factor is None:
+            extra += self.candidates("prefetch_factor", [4])
+        if extra:
+            self.compare("loader", extra)
+        self.decide_persistent_workers()
+
+    def decide_persistent_workers(self) -> None:
+        """Keep workers alive across epochs when their start-up is a visible share of an epoch."""
+        result, base = self.incumbent_result, self.baseline
+        if (self.incumbent.persistent_workers is not None or result is None or base is None
+                or not self.hw.dataset_size or result.warmup_s is None or base.warmup_s is None):
+            return
+        startup = max(0.0, result.warmup_s - base.warmup_s)
+        steps_per_epoch = max(1, self.hw.dataset_size // self.hw.effective_batch)
+        epoch_s = steps_per_epoch * (result.step_time or 0)
+        if epoch_s and startup / epoch_s > PERSISTENT_STARTUP_SHARE:
+            self.incumbent = self.incumbent.replace(persistent_workers=True)
+            self.notes.append(f"loader: persistent_workers (worker start-up {startup:.2f} s "
+                              f"per {epoch_s:.1f} s epoch)")
+
+    def stage_threads(self) -> None:
+        if self.hw.on_cuda:
+            return
+        counts = space.thread_counts(self.hw, self.incumbent.num_workers or 0)
+        self.compare("threads", self.candidates("cpu_threads", list(counts)))
+
+    def stage_compile(self) -> None:
+        if self.hw.on_cuda and self.incumbent.cudnn_benchmark is None:
+            self.compare("compile", self.candidates("cudnn_benchmark", [True]))
+        for trial in self.candidates("compile_mode", list(space.compile_modes(self.hw)), check=True):
+            if self.affordable(2, extra_s=COMPILE_GUESS_S) < 2:
+                self.notes.append(f"compile: {trial.knobs.compile_mode} skipped, "
+                                  f"needs ~{COMPILE_GUESS_S + 2 * self.trial_seconds():.0f} s more budget")
+                continue
+            reference, result = self.measure([self.trial(self.incumbent), trial])
+            if reference.ok and self.acceptable(result) and self.amortised(reference, result):
+                self.adopt(result, reference, "compile")
+
+    def amortised(self, eager: TrialResult, compiled: TrialResult) -> bool:
+        """(eager step - compiled step) x expected steps must exceed the compile time."""
+        assert eager.step_time and compiled.step_time
+        compile_s = max(0.0, (compiled.warmup_s or 0) - (eager.warmup_s or 0))
+        saved = (eager.step_time - compiled.step_time) * self.options.expected_steps
+        if not self.better(compiled, eager):
+            gain = self.speed(compiled) / self.speed(eager) - 1
+            self.reject(compiled, f"no gain beyond noise ({gain:+.1%})")
+            return False
+        if saved <= compile_s:
+            self.reject(compiled, f"compile time {compile_s:.1f} s not repaid: saves "
+                                  f"{(eager.step_time - compiled.step_time) * 1e3:.1f} ms/step x "
+                                  f"{self.options.expected_steps} steps = {saved:.1f} s")
+            return False
+        return True
+
+    # ---- confirmation -------------------------------------------------------------
+
+    def simpler_alternative(self) -> Knobs | None:
+        """The incumbent without its least certain change (the one with the smallest gain)."""
+        uncertain = [(gain, before) for stage, before, gain in self.changes
+                     if stage != "compile" and gain < 2 * self.options.min_gain + 0.05]
+        if not uncertain:
+            return None
+        _, before = min(uncertain, key=lambda item: item[0])
+        changed = {k: v for k, v in self.incumbent.to_dict().items()
+                   if getattr(before, k) != v and k != "compile_mode"}
+        if not changed:
+            return None
+        return self.incumbent.replace(**{k: getattr(before, k) for k in changed})
+
+    def confirm(self) -> Outcome:
+        """Interleaved re-runs of the winner, the defaults and a simpler alternative."""
+        assert self.baseline is not None and self.incumbent_result is not None
+        self.on_stage("confirm")
+        tuned, default = self.incumbent, Knobs()
+        outcome = Outcome(self.hw, tuned, self.speed(self.baseline),
+                          self.speed(self.incumbent_result), self.results, self.rejected, self.notes)
+        if _key(tuned) == _key(default):
+            outcome.tuned_samples_per_s = outcome.baseline_samples_per_s
+            return outcome
+        configs = [tuned, default]
+        alternative = self.simpler_alternative()
+        if alternative is not None and _key(alternative) != _key(default):
+            configs.append(alternative)
+        compile_s = (self.incumbent_result.warmup_s or 0) if tuned.compile_mode else 0.0
+        per_round = len(configs) * self.trial_seconds() + compile_s
+        left = self.executor.time_left() - self.startup_seconds()
+        rounds = 2 if left >= 2 * per_round else 1 if left >= per_round else 0
+        if rounds == 0:
+            self.notes.append("confirm: skipped, budget exhausted; numbers from the stages")
+            return outcome
+        results = self.measure([self.trial(k) for _ in range(rounds) for k in configs])
+        pooled = {_key(k): pool([r for r in results if _key(r.trial.knobs) == _key(k)])
+                  for k in configs}
+        tuned_run, default_run = pooled[_key(tuned)], pooled[_key(default)]
+        if tuned_run is None or default_run is None:
+            self.notes.append("confirm: re-runs failed; numbers from the stages")
+            return outcome
+        winner = tuned_run
+        alt_run = pooled.get(_key(alternative)) if alternative is not None else None
+        if alt_run is not None and (self.within_noise(alt_run, tuned_run) or self.better(alt_run, tuned_run)):
+            self.notes.append(f"confirm: {describe(alternative)} is as fast within noise; "
+                              "keeping the simpler settings")
+            winner = alt_run
+        if not self.better(winner, default_run):
+            self.notes.append("confirm: nothing beat PyTorch defaults beyond noise; keeping defaults")
+            winner = default_run
+        outcome.knobs = winner.trial.knobs
+        outcome.tuned_samples_per_s = self.speed(winner)
+        outcome.baseline_samples_per_s = self.speed(default_run)
+        return outcome
+
+
+def pool(results: list[TrialResult]) -> TrialResult | None:
+    """One result from re-runs of the same knobs: the fastest (interference only slows)."""
+    ok = [r for r in results if r.ok]
+    return min(ok, key=lambda r: r.step_time or math.inf) if ok else None

@@ -1,0 +1,124 @@
+"""The knobs' candidate values on one machine, from the facts the child's ``hello`` reports."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from tuneup.settings import AMP_DTYPES
+
+# Names accepted by --only / --skip, in the order a compute-bound search visits them.
+GROUPS = ("amp", "batch", "loader", "threads", "compile")
+# Compile modes that capture CUDA graphs (unsafe with gradient accumulation unless checked).
+CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
+MAX_WORKERS = 32
+MIN_MICRO_BATCH = 8
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """What the child reported about the device and the script's loader."""
+
+    device: str = "cpu"
+    effective_batch: int = 1
+    dataset_size: int | None = None
+    amp_dtypes: tuple[str, ...] = ()
+    compile_available: bool = False
+    cpu_threads: int = 1  # torch's default intra-op thread count in the child
+    usable_cores: int = 1
+    fixed_knobs: tuple[str, ...] = ()  # loader keywords the script passes itself (they win)
+
+    @classmethod
+    def from_hello(cls, event: dict[str, Any]) -> Hardware:
+        """Build from a ``hello`` event, tolerating missing or odd fields."""
+        cores = _positive_int(event.get("usable_cores")) or 1
+        return cls(
+            device=str(event.get("device") or "cpu").split(":")[0],
+            effective_batch=_positive_int(event.get("effective_batch")) or 1,
+            dataset_size=_positive_int(event.get("dataset_size")),
+            amp_dtypes=tuple(d for d in event.get("amp_dtypes") or () if d in AMP_DTYPES),
+            compile_available=bool(event.get("compile_available")),
+            cpu_threads=_positive_int(event.get("cpu_threads")) or cores,
+            usable_cores=cores,
+            fixed_knobs=tuple(str(k) for k in event.get("fixed_knobs") or ()),
+        )
+
+    @property
+    def on_cuda(self) -> bool:
+        return self.device == "cuda"
+
+
+def _positive_int(value: Any) -> int | None:
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        return None
+    return number if number > 0 else None
+
+
+def amp_dtypes(hw: Hardware) -> list[str]:
+    """Autocast dtypes worth a trial: those the device supports (never float16 on a CPU)."""
+    return [d for d in AMP_DTYPES if d in hw.amp_dtypes and (hw.on_cuda or d != "float16")]
+
+
+def matmul_precisions(hw: Hardware) -> list[str]:
+    """TF32 for float32 matmuls: a CUDA-only knob."""
+    return ["high"] if hw.on_cuda else []
+
+
+def micro_batches(hw: Hardware) -> list[int]:
+    """Micro-batch sizes that divide the effective batch, largest first (halving, up to /8)."""
+    sizes = []
+    for parts in (2, 4, 8):
+        size, rest = divmod(hw.effective_batch, parts)
+        if rest == 0 and size >= min(MIN_MICRO_BATCH, hw.effective_batch // 2):
+            sizes.append(size)
+    return sizes
+
+
+def worker_counts(hw: Hardware) -> list[int]:
+    """``num_workers`` values above 0, ascending: every count on small machines, doubling on big ones."""
+    cores = min(hw.usable_cores, MAX_WORKERS)
+    return list(range(1, cores + 1)) if cores <= 4 else _doublings(cores)
+
+
+def _doublings(limit: int) -> list[int]:
+    counts, n = [], 1
+    while n < limit:
+        counts.append(n)
+        n *= 2
+    return counts + [limit]
+
+
+def thread_counts(hw: Hardware, workers: int) -> list[int]:
+    """Intra-op thread counts to try besides torch's default, given the loader's workers.
+
+    On a CPU run the workers and the main process share the cores, so the candidates are
+    the cores left over by the workers, half the cores and one thread.
+    """
+    cores = hw.usable_cores
+    options = [max(1, cores - workers), max(1, cores // 2), 1, cores]
+    return [n for n in dict.fromkeys(options) if n != hw.cpu_threads]
+
+
+def compile_modes(hw: Hardware) -> list[str]:
+    """Compile modes worth their compile time here (CUDA graphs only on CUDA)."""
+    if not hw.compile_available:
+        return []
+    return ["default", "reduce-overhead"] if hw.on_cuda else ["default"]
+
+
+def default_value(name: str, hw: Hardware) -> Any:
+    """What PyTorch does when a knob is left at ``None`` (for the report)."""
+    return {
+        "num_workers": 0,
+        "pin_memory": False,
+        "prefetch_factor": None,
+        "persistent_workers": False,
+        "micro_batch_size": hw.effective_batch,
+        "amp_dtype": "float32",
+        "compile_mode": "eager",
+        "cpu_threads": hw.cpu_threads,
+        "cudnn_benchmark": False,
+        "float32_matmul_precision": "highest",
+    }.get(name)

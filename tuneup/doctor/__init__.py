@@ -1,0 +1,1 @@
+"""`tuneup doctor`: facts (probe, readers), knowledge, rules and the report."""

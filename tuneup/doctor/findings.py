@@ -1,0 +1,99 @@
+"""Findings and the one registry of finding codes (documented in docs/findings.md)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+ERROR, WARNING, INFO = "error", "warning", "info"
+SEVERITIES = (ERROR, WARNING, INFO)
+
+
+@dataclass(frozen=True)
+class Code:
+    """One registered finding code."""
+
+    code: str
+    category: str
+    area: str
+    title: str
+
+
+# Areas in report order.
+AREAS = {
+    "build": "PyTorch build and GPU architecture",
+    "driver": "NVIDIA driver",
+    "cudnn": "cuDNN",
+    "nccl": "NCCL",
+    "visibility": "GPU visibility",
+    "rocm": "AMD / ROCm",
+    "python": "Python",
+    "performance": "Performance",
+    "cpu": "CPU side",
+}
+
+_CODES = [
+    Code("TU101", "arch-unsupported", "build", "the GPU's compute capability has no kernels in this build"),
+    Code("TU102", "arch-unsupported", "build", "the GPU probably has no kernels in this build (unverified arch list)"),
+    Code("TU103", "cpu-only-build", "build", "CPU-only PyTorch on a machine with an NVIDIA GPU"),
+    Code("TU104", "cpu-only-build", "build", "CPU-only PyTorch next to a CUDA toolkit or CUDA libraries"),
+    Code("TU105", "torch-not-installed", "build", "PyTorch is not installed"),
+    Code("TU201", "driver-too-old", "driver", "the driver is older than the build's CUDA runtime needs"),
+    Code("TU202", "driver-minor-compat", "driver", "the build runs through CUDA minor-version compatibility"),
+    Code("TU301", "cudnn-mismatch", "cudnn", "the cuDNN loaded at run time does not match the compiled one"),
+    Code("TU302", "cudnn-mismatch", "cudnn", "a foreign cuDNN on LD_LIBRARY_PATH can shadow the bundled one"),
+    Code("TU303", "cudnn-mismatch", "cudnn", "cuDNN 9.11+ with a GPU below compute capability 7.5"),
+    Code("TU401", "nccl-problem", "nccl", "NCCL wheels for two CUDA majors are installed"),
+    Code("TU402", "nccl-problem", "nccl", "the loaded libnccl lacks a symbol PyTorch needs"),
+    Code("TU403", "nccl-problem", "nccl", "an NCCL transport is disabled by an environment variable"),
+    Code("TU404", "nccl-problem", "nccl", "a second libnccl can shadow the one PyTorch expects"),
+    Code("TU501", "no-gpu-visible", "visibility", "CUDA build and an NVIDIA GPU, but PyTorch sees no GPU"),
+    Code("TU502", "no-gpu-visible", "visibility", "CUDA_VISIBLE_DEVICES hides GPUs or names a missing one"),
+    Code("TU503", "no-gpu-visible", "visibility", "the container runtime does not expose CUDA compute"),
+    Code("TU601", "rocm-build", "rocm", "an AMD GPU with a CUDA build of PyTorch"),
+    Code("TU602", "rocm-build", "rocm", "a ROCm build of PyTorch on an NVIDIA machine"),
+    Code("TU603", "rocm-build", "rocm", "an AMD GPU with a CPU-only build of PyTorch"),
+    Code("TU701", "python-unsupported", "python", "no PyTorch wheel of this release for this Python"),
+    Code("TU702", "python-unsupported", "python", "this Python is newer or older than any known PyTorch release supports"),
+    Code("TU801", "pcie-link", "performance", "a GPU's PCIe link runs below its maximum width"),
+    Code("TU802", "pcie-link", "performance", "a GPU's PCIe link runs below its maximum generation"),
+    Code("TU803", "persistence-off", "performance", "persistence mode is off"),
+    Code("TU804", "throttling", "performance", "a GPU is throttling its clocks (thermal or power)"),
+    Code("TU805", "data-loading-cores", "performance", "too few usable CPU cores per GPU for data loading"),
+    Code("TU806", "shm-too-small", "performance", "/dev/shm is too small for DataLoader workers"),
+    Code("TU807", "ecc-errors", "performance", "a GPU reports uncorrected ECC errors"),
+    Code("TU901", "no-nvidia-gpu", "cpu", "no NVIDIA GPU found; training runs on the CPU"),
+    Code("TU902", "cpu-features", "cpu", "CPU bf16 support (AVX512-BF16 / AMX)"),
+    Code("TU903", "cpu-features", "cpu", "usable CPU cores"),
+    Code("TU904", "cpu-features", "cpu", "shared memory for DataLoader workers"),
+    Code("TU905", "gpu-features", "performance", "GPU precision features (bf16, TF32, fp8)"),
+]
+
+REGISTRY: dict[str, Code] = {c.code: c for c in _CODES}
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One diagnosis: what is wrong (or worth knowing) and the concrete fix."""
+
+    code: str
+    category: str
+    severity: str
+    message: str
+    fix: str
+
+    @property
+    def area(self) -> str:
+        return REGISTRY[self.code].area
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def finding(code: str, severity: str, message: str, fix: str = "") -> Finding:
+    """Build a finding for a registered code (the category comes from the registry)."""
+    if code not in REGISTRY:
+        raise KeyError(f"unregistered finding code {code}")
+    if severity not in SEVERITIES:
+        raise ValueError(f"unknown severity {severity}")
+    return Finding(code, REGISTRY[code].category, severity, message, fix)

@@ -1,0 +1,333 @@
+"""Compatibility knowledge: the CSV tables in ``tuneup/doctor/data`` and lookups over them.
+
+Every table row carries a ``source`` (public reference) and a ``status``; rows marked
+``UNVERIFIED`` are hints that rules must treat conservatively (warnings, not errors).
+Tables are read once, on first use; nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+DATA_DIR = Path(__file__).parent / "data"
+VERIFIED = "verified"
+
+CC = tuple[int, int]
+
+
+@dataclass(frozen=True)
+class DriverNeed:
+    """What a CUDA runtime needs from the driver on one OS family."""
+
+    cuda: str
+    ga_driver: str | None  # the driver the toolkit shipped with
+    floor_driver: str | None  # lowest driver that runs it (minor-version compatibility floor)
+    minor_version_compat: bool  # True for CUDA 11+ (the floor is the major's floor)
+    verified: bool
+    source: str
+
+
+@dataclass(frozen=True)
+class Arch:
+    cc: str
+    name: str
+    first_cuda: str | None
+    last_cuda: str | None
+    integrated: bool
+    source: str
+
+
+@dataclass(frozen=True)
+class Release:
+    """One PyTorch minor release (``2.1``) and what its wheels were built for."""
+
+    release: str
+    latest: str
+    python_min: str
+    python_max: str
+    pypi_default: str
+    variants: tuple[str, ...]
+    rocm_variants: tuple[str, ...]
+    verified: bool
+    source: str
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One CUDA variant of a release (``cu121``) on one platform."""
+
+    release: str
+    name: str
+    platform: str
+    arches: tuple[str, ...]  # SASS targets as CCs, "8.6"
+    ptx: tuple[str, ...]  # PTX targets as CCs
+    cudnn: str | None
+    nccl: str | None
+    verified: bool
+    source: str
+
+    @property
+    def cuda(self) -> str:
+        return variant_cuda(self.name) or ""
+
+
+def _read(name: str) -> list[dict[str, str]]:
+    with open(DATA_DIR / name, newline="", encoding="utf-8") as handle:
+        return list(csv.DictReader(handle))
+
+
+def _split(cell: str) -> tuple[str, ...]:
+    return tuple(cell.split())
+
+
+# ---------------------------------------------------------------- version helpers
+
+
+def version_tuple(text: str | None) -> tuple[int, ...] | None:
+    """``"570.124.04"`` → ``(570, 124, 4)``; the leading dotted number of any text."""
+    if not text:
+        return None
+    match = re.search(r"\d+(?:\.\d+)*", str(text))
+    return tuple(int(part) for part in match.group(0).split(".")) if match else None
+
+
+def major_minor(text: str | None) -> tuple[int, int] | None:
+    parts = version_tuple(text)
+    if not parts:
+        return None
+    return parts[0], (parts[1] if len(parts) > 1 else 0)
+
+
+def variant_cuda(name: str) -> str | None:
+    """``cu121`` → ``12.1``, ``cu92`` → ``9.2``, ``cu130`` → ``13.0``."""
+    match = re.fullmatch(r"cu(\d+)(\d)", name)
+    return f"{int(match.group(1))}.{match.group(2)}" if match else None
+
+
+def cuda_variant(cuda: str) -> str | None:
+    """``12.1`` → ``cu121``."""
+    mm = major_minor(cuda)
+    return f"cu{mm[0]}{mm[1]}" if mm else None
+
+
+def cc_tuple(text: str) -> CC | None:
+    """``"8.6"``, ``"sm_86"``, ``"compute_120"``, ``"sm_90a"`` → (major, minor)."""
+    text = text.strip().lower()
+    match = re.fullmatch(r"(?:sm_|compute_)(\d+?)(\d)[af]?", text)
+    if match:
+        return int(match.group(1)), int(match.group(2))
+    mm = re.fullmatch(r"(\d+)\.(\d+)", text)
+    return (int(mm.group(1)), int(mm.group(2))) if mm else None
+
+
+def mm_text(cc: CC) -> str:
+    """(8, 6) → "8.6" (compute capabilities and CUDA or Python versions alike)."""
+    return f"{cc[0]}.{cc[1]}"
+
+
+# ---------------------------------------------------------------- driver ↔ CUDA
+
+
+@cache
+def _driver_rows() -> list[dict[str, str]]:
+    return _read("cuda_drivers.csv")
+
+
+@cache
+def _mvc_rows() -> dict[int, dict[str, str]]:
+    return {int(row["major"]): row for row in _read("cuda_mvc.csv")}
+
+
+def _driver_column(os_family: str | None) -> str:
+    return "windows_driver" if os_family == "windows" else "linux_driver"
+
+
+def driver_requirement(cuda: str, os_family: str | None = None) -> DriverNeed | None:
+    """Minimum driver for a CUDA runtime, honouring minor-version compatibility (CUDA 11+)."""
+    mm = major_minor(cuda)
+    if mm is None:
+        return None
+    row = next((r for r in _driver_rows() if major_minor(r["cuda"]) == mm), None)
+    ga = (row or {}).get(_driver_column(os_family)) or None
+    mvc = _mvc_rows().get(mm[0])
+    if mvc is not None:
+        floor_column = "windows_floor" if os_family == "windows" else "linux_floor"
+        return DriverNeed(
+            cuda=mm_text(mm),
+            ga_driver=ga,
+            floor_driver=mvc[floor_column] or None,
+            minor_version_compat=True,
+            verified=mvc["status"] == VERIFIED,
+            source=mvc["source"],
+        )
+    if row is None:
+        return None
+    return DriverNeed(mm_text(mm), ga, ga, False, row["status"] == VERIFIED, row["source"])
+
+
+def max_cuda_for_driver(driver: str, os_family: str | None = None) -> str | None:
+    """Highest CUDA toolkit whose own driver is at most ``driver`` (verified rows only)."""
+    have = version_tuple(driver)
+    if have is None:
+        return None
+    best = None
+    for row in _driver_rows():
+        need = version_tuple(row[_driver_column(os_family)])
+        if row["status"] == VERIFIED and need is not None and need <= have:
+            best = row["cuda"]
+    return best
+
+
+def driver_branch(driver: str) -> str | None:
+    parts = version_tuple(driver)
+    return f"R{parts[0]}" if parts else None
+
+
+# ---------------------------------------------------------------- GPUs and architectures
+
+
+@cache
+def _gpu_patterns() -> list[tuple[re.Pattern[str], str, str]]:
+    rows = _read("gpus.csv")
+    return [(re.compile(rf"\b(?:{r['pattern']})\b"), r["cc"], r["source"]) for r in rows]
+
+
+def compute_capability(gpu_name: str | None) -> str | None:
+    """Compute capability of a product name, by the longest matching table entry."""
+    if not gpu_name:
+        return None
+    name = re.sub(r"\s+", " ", gpu_name.lower().replace("-", " "))
+    best: tuple[int, str] | None = None
+    for pattern, cc, _ in _gpu_patterns():
+        for match in pattern.finditer(name):
+            length = match.end() - match.start()
+            if best is None or length > best[0]:
+                best = (length, cc)
+    return best[1] if best else None
+
+
+@cache
+def _arch_rows() -> dict[CC, Arch]:
+    table = {}
+    for r in _read("architectures.csv"):
+        cc = cc_tuple(r["cc"])
+        if cc is not None:
+            table[cc] = Arch(r["cc"], r["architecture"], r["first_cuda"] or None,
+                             r["last_cuda"] or None, r["integrated"] == "yes", r["source"])
+    return table
+
+
+def architecture(cc: str) -> Arch | None:
+    key = cc_tuple(cc)
+    return _arch_rows().get(key) if key else None
+
+
+def arch_covers(sass: list[str] | tuple[str, ...], ptx: list[str] | tuple[str, ...], cc: str) -> bool:
+    """Whether a build with these SASS and PTX targets has kernels for a GPU of ``cc``.
+
+    SASS runs on the same major with an equal or higher minor (``sm_86`` covers 8.9), except
+    on integrated/Jetson parts, which need their exact target; ``a`` targets need the exact CC.
+    PTX is JIT-compiled for any equal or newer GPU.
+    """
+    gpu = cc_tuple(cc)
+    if gpu is None:
+        return False
+    arch = _arch_rows().get(gpu)
+    integrated = arch.integrated if arch else False
+    for entry in sass:
+        target = cc_tuple(entry)
+        if target is None:
+            continue
+        exact = integrated or entry.strip().lower().endswith("a")
+        if target == gpu or (not exact and target[0] == gpu[0] and target[1] <= gpu[1]):
+            return True
+    return any((t := cc_tuple(entry)) is not None and t <= gpu for entry in ptx)
+
+
+@cache
+def _features() -> list[dict[str, str]]:
+    return _read("features.csv")
+
+
+def hardware_features(cc: str) -> dict[str, bool]:
+    """``{"bf16": True, "tf32": True, "fp8": False}`` for a GPU of this compute capability."""
+    gpu = cc_tuple(cc)
+    result = {}
+    for row in _features():
+        floor = cc_tuple(row["min_cc"])
+        extra = cc_tuple(row["extra_cc"]) if row["extra_cc"] else None
+        result[row["feature"]] = gpu is not None and (gpu >= floor or gpu == extra)
+    return result
+
+
+# ---------------------------------------------------------------- PyTorch releases
+
+
+@cache
+def releases() -> tuple[Release, ...]:
+    rows = []
+    for r in _read("torch_releases.csv"):
+        rows.append(Release(r["release"], r["latest"], r["python_min"], r["python_max"],
+                            r["pypi_default"], _split(r["variants"]), _split(r["rocm_variants"]),
+                            r["status"] == VERIFIED, r["source"]))
+    return tuple(sorted(rows, key=lambda rel: major_minor(rel.release) or (0, 0)))
+
+
+def torch_release(version: str | None) -> Release | None:
+    """The table row for a torch version string (``2.6.0+cu126`` → release ``2.6``)."""
+    mm = major_minor(version)
+    return next((rel for rel in releases() if major_minor(rel.release) == mm), None)
+
+
+@cache
+def _variants() -> dict[tuple[str, str, str], Variant]:
+    table = {}
+    for r in _read("torch_variants.csv"):
+        table[(r["release"], r["variant"], r["platform"])] = Variant(
+            r["release"], r["variant"], r["platform"], _split(r["arches"]), _split(r["ptx"]),
+            r["cudnn"] or None, r["nccl"] or None, r["status"] == VERIFIED, r["source"])
+    return table
+
+
+def variant(release: str, name: str, platform: str = "linux") -> Variant | None:
+    """A variant's arch list on ``platform``; falls back to the Linux row marked unverified."""
+    table = _variants()
+    found = table.get((release, name, platform))
+    if found is not None or platform == "linux":
+        return found
+    linux = table.get((release, name, "linux"))
+    if linux is None:
+        return None
+    return Variant(linux.release, linux.name, platform, linux.arches, (), linux.cudnn, linux.nccl,
+                   False, f"Linux list used for {platform} (no {platform} row): {linux.source}")
+
+
+@cache
+def _platform_defaults() -> dict[str, dict[str, str]]:
+    return {r["os_family"]: r for r in _read("pypi_platform_defaults.csv")}
+
+
+def default_variant(release: Release, os_family: str | None) -> tuple[str, bool]:
+    """The variant plain ``pip install torch==X`` gives on this OS: (name, verified)."""
+    row = _platform_defaults().get(os_family or "linux", _platform_defaults()["linux"])
+    if row["variant"] == "release-default":
+        return release.pypi_default, release.verified and row["status"] == VERIFIED
+    return row["variant"], row["status"] == VERIFIED
+
+
+def python_supported(release: Release, python: str) -> bool:
+    py = major_minor(python)
+    return py is not None and major_minor(release.python_min) <= py <= major_minor(release.python_max)
+
+
+def install_command(version: str, variant_name: str) -> str:
+    """The pip command that installs ``torch==version`` from one download.pytorch.org index."""
+    mm = major_minor(version) or (0, 0)
+    if mm < (1, 11):  # older wheels are published on the flat torch_stable page only
+        return (f"pip install torch=={version}+{variant_name} "
+                f"-f https://download.pytorch.org/whl/torch_stable.html")
+    return f"pip install torch=={version} --index-url https://download.pytorch.org/whl/{variant_name}"

@@ -1,0 +1,131 @@
+"""Snapshots from reports: collect_env text or tuneup's JSON, auto-detected. Never imports torch."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from tuneup.doctor.readers.collect_env import parse_collect_env
+from tuneup.doctor.readers.tuneup_json import environment_of, snapshot_from_json
+from tuneup.doctor.snapshot import Snapshot
+
+__all__ = ["ReportError", "read_path", "read_report"]
+
+MAX_REPORT_BYTES = 20 * 2**20
+HOW_TO_GET_ONE = (
+    "run `python -m torch.utils.collect_env > report.txt` (or `tuneup doctor --format json`)"
+)
+
+
+class ReportError(Exception):
+    """The input is not a report we can read; the message is one line naming the fix."""
+
+
+def read_report(text: str) -> Snapshot:
+    """Snapshot from report text: tuneup JSON (full output or bare environment) or collect_env."""
+    if "\x00" in text or _control_share(text) > 0.02:
+        raise ReportError(f"the input is binary data, not a text report: {HOW_TO_GET_ONE}")
+    text = text.lstrip("\ufeff")
+    stripped = text.strip()
+    if not stripped:
+        raise ReportError(f"the report is empty: {HOW_TO_GET_ONE}")
+    if stripped.startswith("{"):
+        return _read_json(stripped)
+    snapshot = parse_collect_env(text)
+    if snapshot is not None:
+        return snapshot
+    document = _embedded_json(stripped)
+    if document is not None:  # e.g. JSON below the command line that printed it
+        return _snapshot_of(document)
+    raise ReportError(
+        "the text is neither a collect_env report nor tuneup JSON "
+        f"(no 'PyTorch version:', 'CUDA used to build PyTorch:' ... lines): {HOW_TO_GET_ONE}"
+    )
+
+
+def read_path(path: str) -> Snapshot:
+    """Snapshot from a file (``-`` = standard input)."""
+    name = "standard input" if path == "-" else path
+    try:
+        if path == "-":
+            data = sys.stdin.buffer.read(MAX_REPORT_BYTES + 1)
+        else:
+            with open(path, "rb") as handle:
+                data = handle.read(MAX_REPORT_BYTES + 1)
+    except FileNotFoundError:
+        raise ReportError(f"{name}: no such file; check the path") from None
+    except IsADirectoryError:
+        raise ReportError(f"{name} is a directory; give the report file inside it") from None
+    except PermissionError:
+        raise ReportError(f"{name}: permission denied; make the file readable") from None
+    except OSError as error:
+        raise ReportError(
+            f"{name}: cannot read ({error.strerror or error}); check the file"
+        ) from None
+    if len(data) > MAX_REPORT_BYTES:
+        raise ReportError(
+            f"{name} is larger than {MAX_REPORT_BYTES >> 20} MiB: not an environment report"
+        )
+    try:
+        return read_report(_decode(data))
+    except ReportError as error:
+        raise ReportError(f"{name}: {error}") from None
+
+
+def _decode(data: bytes) -> str:
+    """UTF-8, or UTF-16 (what PowerShell's `>` writes); undecodable bytes are replaced."""
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return data.decode("utf-16", errors="replace")
+    if len(data) >= 4 and data[1::2].count(0) > len(data) // 4 and data[0::2].count(0) == 0:
+        return data.decode("utf-16-le", errors="replace")  # UTF-16 without a BOM
+    text = data.decode("utf-8", errors="replace")
+    if text.count("\ufffd") > max(8, len(text) // 100):
+        raise ReportError(f"the input is binary data, not a text report: {HOW_TO_GET_ONE}")
+    return text
+
+
+def _control_share(text: str) -> float:
+    sample = text[:65536]
+    if not sample:
+        return 0.0
+    control = sum(1 for char in sample if ord(char) < 32 and char not in "\n\r\t\f\v\x1b")
+    return control / len(sample)
+
+
+def _read_json(text: str) -> Snapshot:
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ReportError(
+            f"the JSON is invalid or cut short (line {error.lineno}, column {error.colno}): "
+            "feed the complete output of `tuneup doctor --format json`"
+        ) from None
+    return _snapshot_of(document)
+
+
+def _embedded_json(text: str) -> object | None:
+    """The JSON document that starts at some line of ``text`` and runs to its end, if any."""
+    lines = text.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith(("{", "["))][:20]
+    decoder = json.JSONDecoder()
+    for start in starts:
+        try:
+            return decoder.raw_decode("\n".join(lines[start:]))[0]  # trailing text is allowed
+        except json.JSONDecodeError:
+            continue
+    return None
+
+
+def _snapshot_of(document: object) -> Snapshot:
+    environment = environment_of(document)
+    if environment is None:
+        raise ReportError(
+            'the JSON is not a tuneup report (no "environment" object): '
+            "feed the output of `tuneup doctor --format json`"
+        )
+    try:
+        return snapshot_from_json(environment)
+    except (ValueError, TypeError) as error:
+        raise ReportError(
+            f"the tuneup JSON has a malformed environment ({error}); regenerate it"
+        ) from None

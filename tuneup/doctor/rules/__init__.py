@@ -1,0 +1,19 @@
+"""The rules: pure functions from a snapshot to findings, one module per area."""
+
+from __future__ import annotations
+
+from tuneup.doctor.rules import build, cpu, cudnn, driver, nccl, performance, python, rocm, visibility
+from tuneup.doctor.rules.context import Context, Diagnosis
+from tuneup.doctor.snapshot import Snapshot
+
+# Order matters: visibility reads the driver's findings.
+RULES = (build, driver, cudnn, nccl, visibility, rocm, python, performance, cpu)
+
+
+def diagnose(snapshot: Snapshot, requested_torch: str | None = None,
+             requested_python: str | None = None) -> Diagnosis:
+    """Run every rule over ``snapshot``; ``requested_*`` judge a torch/Python the user plans to use."""
+    ctx = Context(snapshot, requested_torch, requested_python)
+    for rule in RULES:
+        rule.check(ctx)
+    return ctx.diagnosis

@@ -1,0 +1,128 @@
+"""Build rules: is torch installed, is it a CUDA build, and does it carry kernels for each GPU."""
+
+from __future__ import annotations
+
+from tuneup.doctor import knowledge as kb
+from tuneup.doctor.findings import ERROR, INFO, WARNING
+from tuneup.doctor.rules.context import Context, GpuFact
+from tuneup.doctor.rules.recommend import find_wheel, install_fix
+
+AREA = "build"
+NO_KERNEL_IMAGE = "no kernel image is available for execution on the device"
+
+
+def check(ctx: Context) -> None:
+    build = ctx.build
+    torch = ctx.snap.torch
+    if build.version is None:
+        if torch.installed is False or torch.importable is False:
+            _not_installed(ctx)
+        else:
+            ctx.skip(AREA, "the PyTorch version (not in the report)")
+        return
+    if build.kind == "cpu":
+        _cpu_only(ctx)
+    elif build.kind == "cuda":
+        _arch(ctx)
+    elif build.kind is None:
+        ctx.skip(AREA, f"whether {build.label} is a CUDA build (not stated)")
+
+
+def _not_installed(ctx: Context) -> None:
+    gpu = ctx.nvidia_gpus[0] if ctx.nvidia_gpus else None
+    wheel = find_wheel(ctx, cc=gpu.cc if gpu else None) if ctx.nvidia_present else None
+    if wheel is not None:
+        release, variant = wheel
+        fix = install_fix(ctx, release, variant)
+    else:
+        fix = "pip install torch"
+    state = "is not importable" if ctx.snap.torch.importable is False else "is not installed"
+    ctx.add("TU105", INFO, f"PyTorch {state} in this environment.", fix)
+
+
+def _cpu_only(ctx: Context) -> None:
+    build = ctx.build
+    conda = "pytorch" in (ctx.snap.conda_packages or {})
+    if ctx.nvidia_present:
+        gpus = ", ".join(g.name for g in ctx.nvidia_gpus) or f"driver {ctx.snap.driver.version}"
+        cc = next((g.cc for g in ctx.nvidia_gpus if g.cc), None)
+        wheel = find_wheel(ctx, cc=cc, start=build.release) if build.release else None
+        fix = install_fix(ctx, *wheel) if wheel else "install a CUDA build from https://pytorch.org/get-started/locally/"
+        if conda or (build.version and "+" not in build.version and ctx.os_family == "linux"):
+            fix += f" (conda: remove cpuonly and pin the CUDA build, 'pytorch={build.base_version}=*cuda*')"
+        severity = WARNING if build.assumed else ERROR
+        ctx.add("TU103", severity,
+                f"{build.label} is a CPU-only build ({build.basis}) but this machine has an NVIDIA GPU ({gpus}).",
+                fix)
+        return
+    hints = _cuda_hints(ctx) if ctx.snap.gpus is None else ""  # gpus == []: known to have none
+    if hints:
+        if build.is_dev:
+            cuda = kb.cuda_variant(ctx.snap.cuda_toolkit or "") or "cu128"
+            fix = (f"pip install --pre torch --index-url https://download.pytorch.org/whl/nightly/{cuda} "
+                   "(conda: pin the CUDA build, 'pytorch=*=*cuda*')")
+        else:
+            fix = "if this machine has an NVIDIA GPU, install a CUDA build from https://pytorch.org/get-started/locally/"
+        ctx.add("TU104", WARNING,
+                f"{build.label} is a CPU-only build ({build.basis}) while {hints} is installed: "
+                "it cannot use an NVIDIA GPU.", fix)
+    else:
+        ctx.ok(AREA, f"{build.label} is a CPU build and no NVIDIA GPU was found")
+
+
+def _cuda_hints(ctx: Context) -> str:
+    if ctx.snap.cuda_toolkit:
+        return f"a CUDA toolkit ({ctx.snap.cuda_toolkit})"
+    cuda_pips = sorted(p for p in ctx.snap.pip_packages or {} if p.startswith("nvidia-cu"))
+    return f"CUDA libraries ({', '.join(cuda_pips)})" if cuda_pips else ""
+
+
+def _arch(ctx: Context) -> None:
+    if not ctx.nvidia_gpus:
+        if ctx.snap.gpus is None:
+            ctx.skip(AREA, "GPU architecture (the report lists no GPU)")
+    targets = ctx.arch_targets()
+    for gpu in ctx.nvidia_gpus:
+        if gpu.cc is None:
+            ctx.skip(AREA, f"{gpu.name}: compute capability unknown (not in the GPU table)")
+        elif targets is None:
+            ctx.skip(AREA, f"{gpu.name}: the arch list of {ctx.build.label} is unknown")
+        else:
+            _arch_one(ctx, gpu, *targets)
+    if NO_KERNEL_IMAGE in ctx.all_messages and not ctx.has("arch-unsupported"):
+        ctx.add("TU102", WARNING,
+                f"torch reported '{NO_KERNEL_IMAGE}': {ctx.build.label} (or an extension) lacks kernels for the GPU.",
+                "compare python -c 'import torch; print(torch.cuda.get_arch_list())' with "
+                "nvidia-smi --query-gpu=name,compute_cap --format=csv and install a build that lists your GPU's sm_XY")
+
+
+def _arch_one(ctx: Context, gpu: GpuFact, sass: list[str], ptx: list[str], where: str, verified: bool) -> None:
+    build = ctx.build
+    cc = gpu.cc or ""
+    shown = " ".join([_arch_name(a, "sm_") for a in sass] + [_arch_name(a, "compute_") for a in ptx]) or "none"
+    if kb.arch_covers(sass, ptx, cc):
+        ctx.ok(AREA, f"{gpu.name} (CC {cc}) runs {build.label} kernels ({shown})")
+        return
+    arch = kb.architecture(cc)
+    family = f" ({arch.name})" if arch else ""
+    message = (f"{gpu.name} is compute capability {cc}{family}, but {build.label} has kernels only for "
+               f"{shown} (from {where}).")
+    wheel = find_wheel(ctx, cc=cc, start=build.release)
+    if wheel is not None:
+        fix = install_fix(ctx, *wheel)
+        if ctx.driver_runs(kb.variant_cuda(wheel[1]) or "") is None and ctx.nvidia_present:
+            need = kb.driver_requirement(kb.variant_cuda(wheel[1]) or "", ctx.driver_os)
+            if need and need.floor_driver:
+                fix += f" (needs NVIDIA driver >= {need.floor_driver})"
+    else:
+        last = f" with CUDA <= {arch.last_cuda} (the last toolkit that targets it)" if arch and arch.last_cuda else ""
+        fix = (f"no published PyTorch wheel in tuneup's tables has sm_{cc.replace('.', '')} kernels: "
+               f"build PyTorch from source{last} with TORCH_CUDA_ARCH_LIST={cc}")
+    ctx.add("TU101" if verified else "TU102", ERROR if verified else WARNING, message, fix)
+
+
+def _arch_name(entry: str, prefix: str) -> str:
+    if entry.startswith(("sm_", "compute_")):
+        return entry
+    cc = kb.cc_tuple(entry)
+    return f"{prefix}{cc[0]}{cc[1]}" if cc else entry

@@ -1,0 +1,312 @@
+"""What every rule needs: the snapshot, facts derived from it once, and the outcome collector."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from tuneup.doctor import knowledge as kb
+from tuneup.doctor.findings import Finding, finding
+from tuneup.doctor.snapshot import GPU, Snapshot
+
+AMD_NAME = re.compile(r"\b(amd|radeon|instinct|mi\d{2,3}x?|gfx\d+)\b", re.I)
+NVIDIA_NAME = re.compile(r"\b(nvidia|geforce|quadro|tesla|titan|rtx|gtx|jetson)\b", re.I)
+DRIVER_CUDA_MESSAGE = re.compile(r"driver on your system is too old \(found version (\d{4,6})\)")
+CAPABILITY_WARNINGS = (  # torch's warnings name the GPU and its CC even when the GPU list is cut off
+    re.compile(r"^\s*(?P<name>\S.*?) with CUDA capability sm_(?P<major>\d+?)(?P<minor>\d) is not compatible", re.M),
+    re.compile(r"Found GPU\d+ (?P<name>.+?) which is of (?:cuda|compute) capability (?:\(CC\) )?"
+               r"(?P<major>\d+)\.(?P<minor>\d+)"),
+)
+
+
+@dataclass
+class Diagnosis:
+    """Everything the rules concluded: findings, checks that passed, checks that could not run."""
+
+    findings: list[Finding] = field(default_factory=list)
+    passed: list[tuple[str, str]] = field(default_factory=list)  # (area, what was fine)
+    unchecked: list[tuple[str, str]] = field(default_factory=list)  # (area, why not)
+
+    @property
+    def errors(self) -> int:
+        return sum(f.severity == "error" for f in self.findings)
+
+    @property
+    def warnings(self) -> int:
+        return sum(f.severity == "warning" for f in self.findings)
+
+
+@dataclass(frozen=True)
+class GpuFact:
+    """One GPU with its vendor and compute capability settled (from the probe or the tables)."""
+
+    name: str
+    vendor: str | None  # "nvidia", "amd", None
+    cc: str | None
+    raw: GPU
+
+
+@dataclass(frozen=True)
+class Build:
+    """The torch build the rules judge: installed, or the one the user asked about."""
+
+    version: str | None
+    release: kb.Release | None
+    kind: str | None  # "cuda", "cpu", "rocm", "xpu", None = unknown
+    cuda: str | None  # "12.1"
+    variant: str | None  # "cu121"
+    basis: str  # how the kind/CUDA was learned, for messages
+    assumed: bool  # kind comes from the default-wheel assumption, not from the build itself
+    requested: bool  # from --torch rather than the installed torch
+
+    @property
+    def base_version(self) -> str | None:
+        parts = kb.version_tuple(self.version)
+        return ".".join(str(p) for p in parts[:3]) if parts else None
+
+    @property
+    def is_dev(self) -> bool:
+        return bool(self.version and _is_dev(self.version))
+
+    @property
+    def is_published_wheel(self) -> bool:
+        """A release wheel from PyPI/download.pytorch.org (not a nightly, source or vendor build)."""
+        return bool(self.version) and not _custom_build(self.version or "")
+
+    @property
+    def label(self) -> str:
+        return f"torch {self.version}" if self.version else "torch"
+
+
+class Context:
+    """Rules read facts from here and record their outcome with :meth:`add`, :meth:`ok`, :meth:`skip`."""
+
+    def __init__(self, snapshot: Snapshot, requested_torch: str | None = None,
+                 requested_python: str | None = None) -> None:
+        self.snap = snapshot
+        self.requested_torch = requested_torch
+        self.requested_python = requested_python
+        self.diagnosis = Diagnosis()
+
+    # -- outcome --------------------------------------------------------------------
+
+    def add(self, code: str, severity: str, message: str, fix: str = "") -> None:
+        new = finding(code, severity, message, fix)
+        if new not in self.diagnosis.findings:  # identical GPUs give identical findings
+            self.diagnosis.findings.append(new)
+
+    def ok(self, area: str, text: str) -> None:
+        if (area, text) not in self.diagnosis.passed:
+            self.diagnosis.passed.append((area, text))
+
+    def skip(self, area: str, text: str) -> None:
+        if (area, text) not in self.diagnosis.unchecked:
+            self.diagnosis.unchecked.append((area, text))
+
+    def has(self, category: str) -> bool:
+        return any(f.category == category for f in self.diagnosis.findings)
+
+    # -- platform -------------------------------------------------------------------
+
+    @cached_property
+    def os_family(self) -> str | None:
+        platform = self.snap.platform
+        if platform.os_family:
+            return platform.os_family
+        text = f"{platform.os or ''} {platform.kernel or ''}".lower()
+        if "windows" in text:
+            return "windows"
+        if "darwin" in text or "macos" in text or "mac os" in text:
+            return "darwin"
+        if text.strip():
+            return "linux"
+        return None
+
+    @cached_property
+    def driver_os(self) -> str | None:
+        """Whose driver numbering applies: under WSL the driver is the Windows one."""
+        platform = self.snap.platform
+        kernel = f"{platform.kernel or ''} {platform.os or ''}".lower()
+        if platform.is_wsl or "microsoft" in kernel or "wsl" in kernel:
+            return "windows"
+        return self.os_family
+
+    @property
+    def python(self) -> str | None:
+        return self.requested_python or self.snap.platform.python_version
+
+    def env(self, name: str) -> str | None:
+        return (self.snap.env or {}).get(name)
+
+    @cached_property
+    def all_messages(self) -> str:
+        parts = list(self.snap.messages)
+        if self.snap.torch.init_error:
+            parts.append(self.snap.torch.init_error)
+        return "\n".join(parts)
+
+    # -- GPUs and driver ----------------------------------------------------------
+
+    @cached_property
+    def gpus(self) -> list[GpuFact]:
+        facts = []
+        for gpu in self.snap.gpus or []:
+            name = gpu.name or ""
+            vendor = gpu.vendor
+            if vendor is None and AMD_NAME.search(name):
+                vendor = "amd"
+            elif vendor is None and (NVIDIA_NAME.search(name) or gpu.compute_capability):
+                vendor = "nvidia"
+            cc = gpu.compute_capability
+            if cc is None and vendor != "amd":
+                cc = kb.compute_capability(name)
+                if cc is not None and vendor is None:
+                    vendor = "nvidia"  # the GPU table holds NVIDIA products only
+            facts.append(GpuFact(name or "unnamed GPU", vendor, cc, gpu))
+        if not facts:
+            for pattern in CAPABILITY_WARNINGS:
+                for match in pattern.finditer(self.all_messages):
+                    name, cc = match.group("name"), f"{int(match.group('major'))}.{match.group('minor')}"
+                    if all(f.name != name for f in facts):
+                        facts.append(GpuFact(name, "nvidia", cc, GPU(name=name)))
+        return facts
+
+    @property
+    def nvidia_gpus(self) -> list[GpuFact]:
+        return [g for g in self.gpus if g.vendor == "nvidia"]
+
+    @property
+    def amd_gpus(self) -> list[GpuFact]:
+        return [g for g in self.gpus if g.vendor == "amd"]
+
+    @property
+    def nvidia_present(self) -> bool:
+        driver = self.snap.driver
+        return bool(self.nvidia_gpus or driver.version or driver.proc_version)
+
+    @cached_property
+    def driver_max_cuda(self) -> tuple[str, str] | None:
+        """(highest CUDA the driver runs, how that is known), or None."""
+        driver = self.snap.driver
+        match = DRIVER_CUDA_MESSAGE.search(self.all_messages)
+        if match:
+            number = int(match.group(1))
+            cuda = f"{number // 1000}.{number % 1000 // 10}"
+            return cuda, f"torch printed 'found version {number}'"
+        if driver.cuda_version:
+            return kb.mm_text(kb.major_minor(driver.cuda_version)), "the driver reports it"
+        if driver.version:
+            cuda = kb.max_cuda_for_driver(driver.version, self.driver_os)
+            if cuda:
+                return cuda, f"driver {driver.version} shipped with CUDA {cuda}"
+        return None
+
+    def driver_runs(self, cuda: str) -> bool | None:
+        """Whether the driver runs a CUDA ``cuda`` runtime (minor-version compatibility counted)."""
+        need = kb.driver_requirement(cuda, self.driver_os)
+        if need is None:
+            return None
+        driver = kb.version_tuple(self.snap.driver.version)
+        floor = kb.version_tuple(need.floor_driver)
+        if driver is not None and floor is not None:
+            return driver >= floor
+        known = self.driver_max_cuda
+        if known is None:
+            return None
+        have, want = kb.major_minor(known[0]), kb.major_minor(need.cuda)
+        if need.minor_version_compat:
+            return have[0] >= want[0]
+        return have >= want
+
+    # -- the torch build ------------------------------------------------------------
+
+    @cached_property
+    def build(self) -> Build:
+        if self.requested_torch:
+            return self._resolve(self.requested_torch, requested=True)
+        torch = self.snap.torch
+        version = torch.version
+        if version is None:
+            version = (self.snap.pip_packages or {}).get("torch")
+        if version is None:
+            version = (self.snap.conda_packages or {}).get("pytorch")
+        return self._resolve(version, requested=False)
+
+    def _resolve(self, version: str | None, requested: bool) -> Build:
+        torch = self.snap.torch
+        release = kb.torch_release(version) if version else None
+        local = _local_suffix(version)
+
+        def make(kind: str | None, cuda: str | None, basis: str, assumed: bool = False) -> Build:
+            variant = kb.cuda_variant(cuda) if cuda else None
+            return Build(version, release, kind, cuda, variant, basis, assumed, requested)
+
+        if local.startswith("cu") and kb.variant_cuda(local):
+            return make("cuda", kb.variant_cuda(local), f"the +{local} suffix")
+        if local == "cpu":
+            return make("cpu", None, "the +cpu suffix")
+        if local.startswith("rocm"):
+            return make("rocm", None, f"the +{local} suffix")
+        if not requested:
+            if torch.hip or torch.build == "rocm":
+                return make("rocm", None, "torch.version.hip")
+            if torch.cuda:
+                return make("cuda", kb.mm_text(kb.major_minor(torch.cuda)), "torch.version.cuda")
+            if torch.build in ("cpu", "xpu"):
+                return make(torch.build, None, "the report (CUDA used to build PyTorch: none)")
+        conda = "pytorch" in (self.snap.conda_packages or {}) and not requested
+        if release is None or conda or not version or _custom_build(version):
+            return make(None, None, "unknown")
+        name = kb.default_variant(release, self.os_family)[0]
+        if name == "cpu" and torch.cuda_available and not requested:
+            return make("cuda", None, "torch.cuda.is_available()")
+        os_name = self.os_family or "linux"
+        basis = f"the default PyPI wheel of {kb.mm_text(kb.major_minor(version))} on {os_name} is {name}"
+        if name == "cpu":
+            return make("cpu", None, basis, assumed=True)
+        return make("cuda", kb.variant_cuda(name), basis, assumed=True)
+
+    def variant_row(self, version: str, variant: str) -> kb.Variant | None:
+        release = kb.torch_release(version)
+        if release is None:
+            return None
+        platform = "windows" if self.os_family == "windows" else "linux"
+        return kb.variant(release.release, variant, platform)
+
+    def arch_targets(self) -> tuple[list[str], list[str], str, bool] | None:
+        """(SASS targets, PTX targets, where from, verified) of the build, or None if unknown."""
+        arch_list = self.snap.torch.arch_list
+        build = self.build
+        if arch_list and not build.requested:
+            sass = [a for a in arch_list if a.startswith("sm_")]
+            ptx = [a for a in arch_list if a.startswith("compute_")]
+            return sass, ptx, "torch.cuda.get_arch_list()", True
+        if build.kind != "cuda" or not build.variant or not build.is_published_wheel:
+            return None
+        machine = self.snap.cpu.architecture or self.snap.platform.os or ""
+        if re.search(r"aarch64|arm64|ppc64", machine, re.I):
+            return None  # the wheel tables describe x86_64 builds only
+        row = self.variant_row(build.version, build.variant)
+        if row is None:
+            return None
+        where = f"the {row.platform} {row.release} {row.name} wheel table"
+        return list(row.arches), list(row.ptx), where, row.verified and not build.assumed
+
+
+def _local_suffix(version: str | None) -> str:
+    if not version or "+" not in version:
+        return ""
+    return version.split("+", 1)[1].split()[0].lower()
+
+
+def _is_dev(version: str) -> bool:
+    return bool(re.search(r"dev|git", version))
+
+
+def _custom_build(version: str) -> bool:
+    """Nightly, pre-release, source or vendor (e.g. NGC ``2.3.0a0+6ddf5cf.nv24.04``) builds,
+    whose arch lists and defaults the wheel tables do not describe."""
+    local = _local_suffix(version)
+    vendor_local = bool(local) and not re.fullmatch(r"cu\d+|cpu|rocm[\d.]+", local)
+    return vendor_local or bool(re.search(r"dev|git|a\d|b\d|rc\d", version.split("+")[0]))

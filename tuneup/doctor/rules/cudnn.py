@@ -1,0 +1,130 @@
+"""cuDNN rules: the cuDNN loaded at run time against the one torch was compiled with."""
+
+from __future__ import annotations
+
+import os
+import re
+
+from tuneup.doctor import knowledge as kb
+from tuneup.doctor.findings import ERROR, WARNING
+from tuneup.doctor.rules.context import Context
+
+AREA = "cudnn"
+INCOMPATIBILITY = re.compile(
+    r"compiled\s+against\s+\((\d+),\s*(\d+),\s*(\d+)\)\s+but\s+(?:found runtime version|linked against)\s+"
+    r"\((\d+),\s*(\d+),\s*(\d+)\)")
+BARE_VERSION = re.compile(r"\d+(?:\.\d+){1,3}")
+SM75_CUDNN = (9, 11)  # cuDNN 9.11.0 dropped GPUs below compute capability 7.5
+
+
+def check(ctx: Context) -> None:
+    compiled = _compiled(ctx)
+    runtime = _runtime(ctx)
+    _old_gpus(ctx, compiled, runtime)
+    if compiled is None or runtime is None:
+        if runtime is None and compiled is not None and _ld_path_cudnn(ctx):
+            _shadow_risk(ctx, compiled[0])
+        elif compiled is None and runtime is not None:
+            ctx.skip(AREA, f"cuDNN {runtime[0]} against torch's compiled cuDNN (unknown)")
+        return
+    (want, want_from), (got, got_from) = compiled, runtime
+    if _compatible(want, got):
+        ctx.ok(AREA, f"runtime cuDNN {got} matches compiled cuDNN {want}")
+        return
+    message = (f"cuDNN {got} ({got_from}) is loaded, but torch was compiled against cuDNN {want} "
+               f"({want_from}): {'different major' if _major(want) != _major(got) else 'older minor'}.")
+    ctx.add("TU301", ERROR, message, _fix(ctx, want))
+
+
+def _compiled(ctx: Context) -> tuple[str, str] | None:
+    match = INCOMPATIBILITY.search(ctx.all_messages)
+    if match:
+        return ".".join(match.groups()[:3]), "torch's error message"
+    torch = ctx.snap.torch
+    if torch.cudnn_compiled:
+        return torch.cudnn_compiled, "torch.backends.cudnn"
+    for name, version in (ctx.snap.pip_packages or {}).items():
+        if name.startswith("nvidia-cudnn-cu"):
+            return version, f"pip {name}"
+    build = ctx.build
+    if build.kind == "cuda" and build.variant and build.is_published_wheel:
+        row = ctx.variant_row(build.version, build.variant)
+        if row is not None and row.cudnn:
+            return row.cudnn, f"bundled with the {row.release} {row.name} wheel"
+    return None
+
+
+def _runtime(ctx: Context) -> tuple[str, str] | None:
+    """The cuDNN actually loaded, only from evidence that it is loaded (not a mere listing)."""
+    match = INCOMPATIBILITY.search(ctx.all_messages)
+    if match:
+        return ".".join(match.groups()[3:]), "torch's error message"
+    if ctx.snap.torch.cudnn_runtime:
+        return ctx.snap.torch.cudnn_runtime, "torch.backends.cudnn.version()"
+    for entry in ctx.snap.cudnn_libraries or []:
+        if BARE_VERSION.fullmatch(entry.strip()):
+            return entry.strip(), "the report's cuDNN version"
+    for path in ctx.snap.cudnn_libraries or []:
+        directory = os.path.dirname(path)
+        version = _soname_version(path)
+        if directory and version and directory in _ld_dirs(ctx):
+            return version, f"{path}, on LD_LIBRARY_PATH"
+    return None
+
+
+def _soname_version(path: str) -> str | None:
+    match = re.search(r"libcudnn[^/\\]*?\.so\.(\d+(?:\.\d+)*)$", path)
+    return match.group(1) if match and "." in match.group(1) else None
+
+
+def _ld_dirs(ctx: Context) -> list[str]:
+    return [d.rstrip("/") for d in (ctx.env("LD_LIBRARY_PATH") or "").split(":") if d]
+
+
+def _ld_path_cudnn(ctx: Context) -> list[str]:
+    return [d for d in _ld_dirs(ctx) if "cudnn" in d.lower()]
+
+
+def _major(version: str) -> int:
+    return (kb.version_tuple(version) or (0,))[0]
+
+
+def _compatible(compiled: str, runtime: str) -> bool:
+    """PyTorch's own rule: same major; for cuDNN >= 7 the runtime minor may be newer."""
+    want, got = kb.major_minor(compiled), kb.major_minor(runtime)
+    if want is None or got is None:
+        return True
+    if want[0] != got[0]:
+        return False
+    return got[1] >= want[1] if want[0] >= 7 else got[1] == want[1]
+
+
+def _fix(ctx: Context, want: str) -> str:
+    dirs = _ld_path_cudnn(ctx) or [d for d in _ld_dirs(ctx) if "cuda" in d.lower()]
+    if dirs:
+        return (f"remove {', '.join(dirs)} from LD_LIBRARY_PATH so torch loads the cuDNN it bundles "
+                f"(or install cuDNN {want} there)")
+    return (f"make torch load the cuDNN it ships with: drop any directory holding another libcudnn from "
+            f"LD_LIBRARY_PATH (check with: env | grep LD_LIBRARY_PATH), or install cuDNN {want}")
+
+
+def _shadow_risk(ctx: Context, want: str) -> None:
+    dirs = _ld_path_cudnn(ctx)
+    ctx.add("TU302", WARNING,
+            f"LD_LIBRARY_PATH holds a cuDNN directory ({', '.join(dirs)}); it can shadow the cuDNN {want} "
+            "torch was built with.",
+            f"unset the cuDNN entries: export LD_LIBRARY_PATH=<the same list without {dirs[0]}>")
+
+
+def _old_gpus(ctx: Context, compiled: tuple[str, str] | None, runtime: tuple[str, str] | None) -> None:
+    version = (runtime or compiled or (None, None))[0]
+    mm = kb.major_minor(version)
+    if mm is None or mm < SM75_CUDNN:
+        return
+    for gpu in ctx.nvidia_gpus:
+        cc = kb.cc_tuple(gpu.cc or "")
+        if cc is not None and cc < (7, 5):
+            ctx.add("TU303", WARNING,
+                    f"cuDNN {version} no longer supports {gpu.name} (CC {gpu.cc}); cuDNN 9.11+ needs CC >= 7.5.",
+                    "install a torch variant that ships cuDNN 9.10 (the cu126 builds), e.g. "
+                    "pip install torch --index-url https://download.pytorch.org/whl/cu126")

@@ -1,0 +1,62 @@
+"""Python rule: does the torch release publish wheels for this Python."""
+
+from __future__ import annotations
+
+from tuneup.doctor import knowledge as kb
+from tuneup.doctor.findings import ERROR, WARNING
+from tuneup.doctor.rules.context import Context
+
+AREA = "python"
+
+
+def check(ctx: Context) -> None:
+    python = ctx.python
+    build = ctx.build
+    if python is None:
+        ctx.skip(AREA, "Python version (not in the report)")
+        return
+    py = kb.major_minor(python)
+    if build.release is None:
+        if build.version is None:
+            _any_release(ctx, python)
+        else:
+            ctx.skip(AREA, f"Python {python} against {build.label} (release not in the tables)")
+        return
+    release = build.release
+    if kb.python_supported(release, python):
+        ctx.ok(AREA, f"Python {python} is supported by torch {release.release} "
+                     f"({release.python_min}-{release.python_max})")
+        return
+    installed = not build.requested and ctx.snap.torch.installed
+    newer = py > kb.major_minor(release.python_max)
+    message = (f"{build.label} has wheels for Python {release.python_min}-{release.python_max} only, "
+               f"not Python {python}" + (" (pip finds no matching distribution)." if not installed else "."))
+    ctx.add("TU701", WARNING if installed else ERROR, message, _fix(release, python, newer))
+
+
+def _fix(release: kb.Release, python: str, newer: bool) -> str:
+    fitting = [r for r in kb.releases() if kb.python_supported(r, python)]
+    python = kb.mm_text(kb.major_minor(python))  # "3.10", not "3.10.1"
+    bound = release.python_max if newer else release.python_min
+    step = f"use Python {bound} with torch {release.release}"
+    if newer:
+        later = [r for r in fitting if kb.major_minor(r.release) > kb.major_minor(release.release)]
+        if later:
+            return f"{step}, or pip install torch=={later[0].latest} (first release with Python {python} wheels)"
+    else:
+        earlier = [r for r in fitting if kb.major_minor(r.release) < kb.major_minor(release.release)]
+        if earlier:
+            return f"{step}, or pip install torch=={earlier[-1].latest} (last release with Python {python} wheels)"
+    return step
+
+
+def _any_release(ctx: Context, python: str) -> None:
+    fitting = [r for r in kb.releases() if kb.python_supported(r, python)]
+    if fitting:
+        ctx.ok(AREA, f"Python {python} has torch wheels ({fitting[0].release}-{fitting[-1].release})")
+        return
+    newest = kb.releases()[-1]
+    ctx.add("TU702", WARNING,
+            f"no PyTorch release in tuneup's tables publishes wheels for Python {python} "
+            f"(newest: torch {newest.release} for {newest.python_min}-{newest.python_max}).",
+            f"use Python {newest.python_max} (e.g. uv venv --python {newest.python_max}) or a nightly build")

@@ -1,0 +1,60 @@
+"""How long the training loop waits for data against the whole run, and the exit summary."""
+
+from __future__ import annotations
+
+import atexit
+import os
+import sys
+from dataclasses import dataclass
+
+ENV_VERBOSE = "TUNEUP_VERBOSE"
+STALL_HINT = 0.10  # above this share of waiting, the summary suggests `tuneup autotune`
+
+
+@dataclass(frozen=True)
+class Stats:
+    """What ``loop.stats()`` returns."""
+
+    steps: int  # optimizer steps (batches for a loader without a loop)
+    samples: int  # samples delivered by the loader
+    elapsed_s: float  # from the first batch request to the latest one
+    data_wait_s: float  # time spent inside the loader waiting for a batch
+    samples_per_s: float | None
+    data_wait_share: float | None  # the input-stall share, 0..1
+
+    def summary(self) -> str:
+        if not self.elapsed_s:
+            return "tuneup: no batches were loaded"
+        text = (f"tuneup: {self.steps} steps, {self.samples_per_s:.0f} samples/s, "
+                f"waited for data {self.data_wait_share:.0%} of the time")
+        if self.data_wait_share >= STALL_HINT:
+            text += " — run `tuneup autotune`"
+        return text
+
+
+class Telemetry:
+    """Counters the loader updates per batch (plain attributes: this is the hot path)."""
+
+    __slots__ = ("started", "latest", "data_wait_s", "samples", "steps")
+
+    def __init__(self) -> None:
+        self.started: float | None = None
+        self.latest = 0.0
+        self.data_wait_s = 0.0
+        self.samples = 0
+        self.steps = 0
+        if os.environ.get(ENV_VERBOSE, "").strip() not in ("", "0"):
+            atexit.register(self.print_summary)
+
+    def stats(self) -> Stats:
+        elapsed = self.latest - self.started if self.started is not None else 0.0
+        return Stats(
+            steps=self.steps, samples=self.samples, elapsed_s=elapsed,
+            data_wait_s=self.data_wait_s,
+            samples_per_s=self.samples / elapsed if elapsed > 0 else None,
+            data_wait_share=min(1.0, self.data_wait_s / elapsed) if elapsed > 0 else None,
+        )
+
+    def print_summary(self) -> None:
+        if self.started is not None:
+            print(self.stats().summary(), file=sys.stderr, flush=True)
