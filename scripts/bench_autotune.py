@@ -3,11 +3,13 @@
 For each workload in docs/examples (compute-bound MLP, input-bound image decoding), in one
 run on this machine:
 
-1. every point of a grid over the same knobs (AMP dtype x compile x num_workers x threads),
+1. every point of a grid over the same knobs (AMP dtype x compile x num_workers x threads x
+   micro-batch with accumulation),
    each measured with plain PyTorch code (a DataLoader and an ordinary training step; no
    tuneup), and the grid's total wall time including set-up and compile;
 2. `tuneup autotune` on the example script, as a user runs it (a subprocess with a fresh
-   inductor cache), given a budget of --budget-share of the grid's time;
+   inductor cache), given a budget of --budget-share of the grid's time (at least
+   --min-budget: a quick grid is too small for the ratio target to be meaningful);
 3. the defaults, the grid's best point and tuneup's pick re-measured interleaved with the
    same plain harness (so a lucky grid measurement does not inflate the grid-best).
 
@@ -32,8 +34,11 @@ import time
 from pathlib import Path
 from types import ModuleType
 
-import torch
-from torch.utils.data import DataLoader
+# A fresh inductor cache: compile points of the grid pay their first compile like a user does.
+os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="bench-grid-inductor-")
+
+import torch  # noqa: E402
+from torch.utils.data import DataLoader  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "docs" / "examples"
@@ -84,21 +89,24 @@ def _forever(loader: DataLoader):
         yield from loader
 
 
-def grid(quick: bool) -> list[Knobs]:
+def grid(quick: bool, batch_size: int) -> list[Knobs]:
+    """Every combination of the knobs tuneup tunes (quick: AMP x compile x workers 0/2)."""
     amps = (None, "bfloat16")
     compiles = (None, "default")
     workers = (0, 2) if quick else (0, 1, 2)
     threads = (None,) if quick else (None, 1)
-    return [Knobs(amp_dtype=a, compile_mode=c, num_workers=w or None, cpu_threads=t)
-            for a, c, w, t in itertools.product(amps, compiles, workers, threads)]
+    micro = (None,) if quick else (None, batch_size // 2)
+    return [Knobs(amp_dtype=a, compile_mode=c, num_workers=w or None, cpu_threads=t,
+                  micro_batch_size=m)
+            for a, c, w, t, m in itertools.product(amps, compiles, workers, threads, micro)]
 
 
-def run_autotune(script: Path, budget: float, settings: Path) -> float:
+def run_autotune(script: Path, budget: float, settings: Path, quick: bool) -> float:
     """Run the real CLI as a user would; returns its wall time."""
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": tempfile.mkdtemp(prefix="bench-inductor-")}
+    skip = ["--skip", "batch,threads"] if quick else []  # the quick grid has neither
     command = [sys.executable, "-c", "from tuneup.cli import main; main()", "autotune", str(script),
-               "--budget", f"{budget:.0f}",
-               "--skip", "batch", "--output", str(settings), "--", "--steps", "1000000"]
+               "--budget", f"{budget:.0f}", *skip, "--output", str(settings), "--", "--steps", "1000000"]
     started = time.perf_counter()
     completed = subprocess.run(command, env=env, capture_output=True, text=True)
     elapsed = time.perf_counter() - started
@@ -113,7 +121,8 @@ def label(knobs: Knobs) -> str:
     return ",".join(parts) or "defaults"
 
 
-def bench(name: str, quick: bool, measure_s: float, budget_share: float, rounds: int) -> dict:
+def bench(name: str, quick: bool, measure_s: float, budget_share: float, min_budget: float,
+          rounds: int) -> dict:
     workload = importlib.import_module(name)
     dataset = workload.make_dataset()
     batch = workload.DEFAULT_BATCH
@@ -121,7 +130,7 @@ def bench(name: str, quick: bool, measure_s: float, budget_share: float, rounds:
 
     points = []
     grid_started = time.perf_counter()
-    for knobs in grid(quick):
+    for knobs in grid(quick, batch):
         speed = plain_throughput(workload, dataset, knobs, batch, measure_s)
         points.append((speed, knobs))
         print(f"  grid {label(knobs):60s} {speed:9.0f} samples/s", flush=True)
@@ -129,7 +138,8 @@ def bench(name: str, quick: bool, measure_s: float, budget_share: float, rounds:
     grid_best = max(points, key=lambda p: p[0])[1]
 
     settings = Path(tempfile.mkdtemp(prefix="bench-settings-")) / f"{name}.json"
-    autotune_s = run_autotune(EXAMPLES / f"{name}.py", budget_share * grid_s, settings)
+    budget = max(budget_share * grid_s, min_budget)
+    autotune_s = run_autotune(EXAMPLES / f"{name}.py", budget, settings, quick)
     tuned = read(settings).knobs
 
     final: dict[str, list[float]] = {"defaults": [], "grid-best": [], "tuned": []}
@@ -157,11 +167,14 @@ def main() -> None:
     parser.add_argument("--measure-seconds", type=float, default=2.5)
     parser.add_argument("--budget-share", type=float, default=0.22,
                         help="autotune budget as a share of the grid's wall time (default 0.22)")
+    parser.add_argument("--min-budget", type=float, default=60.0,
+                        help="lower bound of the autotune budget in seconds (default 60)")
     parser.add_argument("--rounds", type=int, default=2, help="interleaved re-measurement rounds")
     parser.add_argument("--workloads", default=",".join(WORKLOADS))
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args()
-    results = [bench(name, args.quick, args.measure_seconds, args.budget_share, args.rounds)
+    results = [bench(name, args.quick, args.measure_seconds, args.budget_share, args.min_budget,
+                     args.rounds)
                for name in args.workloads.split(",")]
     print("\nworkload        tuned/grid-best  autotune/grid time  speedup vs defaults")
     for r in results:

@@ -101,6 +101,7 @@ def test_from_never_imports_torch() -> None:
     done = subprocess.run(
         [sys.executable, "-c", code, str(CORPUS / "case01" / "collect_env.txt")],
         capture_output=True,
+        check=False,
         text=True,
         timeout=60,
     )
@@ -111,6 +112,7 @@ def test_this_machine_has_no_gpu_and_exits_0() -> None:
     done = subprocess.run(
         [sys.executable, "-c", "from tuneup.cli import main; main(['doctor'])"],
         capture_output=True,
+        check=False,
         text=True,
         timeout=120,
     )

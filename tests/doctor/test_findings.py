@@ -24,7 +24,7 @@ REQUIRED = {
 
 def test_every_code_is_documented_with_its_category() -> None:
     text = DOCS.read_text()
-    documented = dict(re.findall(r"^### (TU\d{3}) `([a-z-]+)`", text, re.M))
+    documented = dict(re.findall(r"^### (TU\d{3}) `([a-z-]+)`", text, re.MULTILINE))
     assert documented == {code: entry.category for code, entry in REGISTRY.items()}
 
 

@@ -78,7 +78,8 @@ def test_unknown_gpu_has_no_compute_capability() -> None:
         (["sm_80", "sm_86"], [], "8.9", True),  # same major, newer minor
         (["sm_86"], [], "8.0", False),  # never a lower minor
         (["sm_80", "sm_86", "sm_90"], [], "12.0", False),  # never across majors
-        (["sm_90"], ["compute_90"], "12.0", True),  # PTX JITs forward
+        (["sm_80"], ["compute_120"], "12.1", True),  # PTX JITs forward within its major
+        (["sm_37", "sm_75"], ["compute_37"], "12.0", False),  # old-major PTX is not counted
         (["sm_120"], [], "12.1", True),  # GB10 runs sm_120
         (["sm_60"], [], "6.1", True),
         (["sm_70", "sm_75"], [], "6.1", False),

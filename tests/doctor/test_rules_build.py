@@ -60,8 +60,10 @@ def test_gpu_named_only_in_torch_warning_is_still_checked() -> None:
         "570.124.04",
         None,
         messages=[
-            "NVIDIA GeForce RTX 5090 with CUDA capability sm_120 is not compatible with the current PyTorch "
-            "installation."
+            (
+                "NVIDIA GeForce RTX 5090 with CUDA capability sm_120 is not compatible with the "
+                "current PyTorch installation."
+            )
         ],
     )
     assert "TU101" in codes(run(snapshot))
@@ -186,13 +188,25 @@ def test_old_nvidia_smi_names_without_vendor_prefix_count_as_nvidia() -> None:
 
 
 def test_new_style_capability_warning_names_the_gpu() -> None:
-    snapshot = machine(cuda_torch("2.9.0+cu128"), "580.82.07", None, messages=[
-        "Found GPU0 NVIDIA GeForce GTX 1080 Ti which is of cuda capability 6.1.",
-        "Minimum and Maximum cuda capability supported by this version of PyTorch is (7.0) - (12.0)"])
+    snapshot = machine(
+        cuda_torch("2.9.0+cu128"),
+        "580.82.07",
+        None,
+        messages=[
+            "Found GPU0 NVIDIA GeForce GTX 1080 Ti which is of cuda capability 6.1.",
+            "Minimum and Maximum cuda capability supported by this version of PyTorch is (7.0) - (12.0)",
+        ],
+    )
     assert "cu126" in only(run(snapshot), "TU101").fix
 
 
 def test_no_kernel_image_error_without_gpu_facts_warns() -> None:
-    snapshot = machine(cuda_torch("2.8.0+cu128"), None, None, messages=[
-        "RuntimeError: CUDA error: no kernel image is available for execution on the device"])
+    snapshot = machine(
+        cuda_torch("2.8.0+cu128"),
+        None,
+        None,
+        messages=[
+            "RuntimeError: CUDA error: no kernel image is available for execution on the device"
+        ],
+    )
     assert only(run(snapshot), "TU102").severity == "warning"

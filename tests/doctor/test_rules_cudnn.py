@@ -60,8 +60,10 @@ def test_torch_error_text_and_ld_library_path_fix() -> None:
         None,
         env={"LD_LIBRARY_PATH": "/public/apps/cudnn/v8.0.3.33-cuda.11.0/cuda/lib64:/usr/lib"},
         messages=[
-            "RuntimeError: cuDNN version incompatibility: PyTorch was compiled  against (8, 3, 2) "
-            "but linked against (8, 0, 3)"
+            (
+                "RuntimeError: cuDNN version incompatibility: PyTorch was compiled  against (8, 3, 2) "
+                "but linked against (8, 0, 3)"
+            )
         ],
     )
     found = only(run(snapshot), "TU301")

@@ -78,6 +78,12 @@ def test_wsl_reports_the_windows_driver_number() -> None:
 
 
 def test_insufficient_driver_error_text_without_a_driver_line() -> None:
-    snapshot = machine(cuda_torch("1.6.0+cu102"), None, None, messages=[
-        "cuda runtime error (35) : CUDA driver version is insufficient for CUDA runtime version"])
+    snapshot = machine(
+        cuda_torch("1.6.0+cu102"),
+        None,
+        None,
+        messages=[
+            "cuda runtime error (35) : CUDA driver version is insufficient for CUDA runtime version"
+        ],
+    )
     assert "440.33" in only(run(snapshot), "TU201").fix

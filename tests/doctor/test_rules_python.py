@@ -39,3 +39,8 @@ def test_supported_python_and_no_torch() -> None:
 def test_python_beyond_every_release_warns() -> None:
     found = only(run(machine({"installed": False}, None, None, python="3.99.0")), "TU702")
     assert found.severity == "warning"
+
+
+def test_unverified_release_row_only_warns() -> None:
+    snapshot = machine({"installed": False}, None, None, python="3.9.0")
+    assert only(run(snapshot, requested_torch="1.6.0"), "TU701").severity == "warning"

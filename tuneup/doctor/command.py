@@ -21,18 +21,39 @@ def _version_option(ctx: click.Context, param: click.Parameter, value: str | Non
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--from", "source", metavar="FILE",
-              help="Diagnose a `python -m torch.utils.collect_env` report or tuneup JSON ('-' = stdin) "
-                   "instead of this machine.")
-@click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text",
-              show_default=True, help="Terminal report or one JSON object.")
-@click.option("--torch", "torch_version", metavar="VERSION", callback=_version_option,
-              help="Judge this torch release (e.g. one you plan to install, 1.10.1 or 2.7.1+cu128) "
-                   "instead of the installed one.")
-@click.option("--python", "python_version", metavar="VERSION", callback=_version_option,
-              help="Judge this Python version instead of the one in the report / environment.")
-def doctor(source: str | None, output_format: str, torch_version: str | None,
-           python_version: str | None) -> None:
+@click.option(
+    "--from",
+    "source",
+    metavar="FILE",
+    help="Diagnose a `python -m torch.utils.collect_env` report or tuneup JSON ('-' = stdin) "
+    "instead of this machine.",
+)
+@click.option(
+    "--format",
+    "output_format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="Terminal report or one JSON object.",
+)
+@click.option(
+    "--torch",
+    "torch_version",
+    metavar="VERSION",
+    callback=_version_option,
+    help="Judge this torch release (e.g. one you plan to install, 1.10.1 or 2.7.1+cu128) "
+    "instead of the installed one.",
+)
+@click.option(
+    "--python",
+    "python_version",
+    metavar="VERSION",
+    callback=_version_option,
+    help="Judge this Python version instead of the one in the report / environment.",
+)
+def doctor(
+    source: str | None, output_format: str, torch_version: str | None, python_version: str | None
+) -> None:
     """Check driver, CUDA, cuDNN, NCCL, the PyTorch build and the GPU against each other.
 
     \b

@@ -216,8 +216,14 @@ def _arch_rows() -> dict[CC, Arch]:
     for r in _read("architectures.csv"):
         cc = cc_tuple(r["cc"])
         if cc is not None:
-            table[cc] = Arch(r["cc"], r["architecture"], r["first_cuda"] or None,
-                             r["last_cuda"] or None, r["integrated"] == "yes", r["source"])
+            table[cc] = Arch(
+                r["cc"],
+                r["architecture"],
+                r["first_cuda"] or None,
+                r["last_cuda"] or None,
+                r["integrated"] == "yes",
+                r["source"],
+            )
     return table
 
 
@@ -226,12 +232,16 @@ def architecture(cc: str) -> Arch | None:
     return _arch_rows().get(key) if key else None
 
 
-def arch_covers(sass: list[str] | tuple[str, ...], ptx: list[str] | tuple[str, ...], cc: str) -> bool:
+def arch_covers(
+    sass: list[str] | tuple[str, ...], ptx: list[str] | tuple[str, ...], cc: str
+) -> bool:
     """Whether a build with these SASS and PTX targets has kernels for a GPU of ``cc``.
 
     SASS runs on the same major with an equal or higher minor (``sm_86`` covers 8.9), except
     on integrated/Jetson parts, which need their exact target; ``a`` targets need the exact CC.
-    PTX is JIT-compiled for any equal or newer GPU.
+    PTX counts for a newer minor of its own major (``compute_120`` on 12.1). PTX of an older
+    major (``compute_37`` on a Blackwell GPU) is not counted, as PyTorch's own check does not:
+    the CUDA libraries of such a build lack the architecture and JIT of the whole library stalls.
     """
     gpu = cc_tuple(cc)
     if gpu is None:
@@ -245,7 +255,7 @@ def arch_covers(sass: list[str] | tuple[str, ...], ptx: list[str] | tuple[str, .
         exact = integrated or entry.strip().lower().endswith("a")
         if target == gpu or (not exact and target[0] == gpu[0] and target[1] <= gpu[1]):
             return True
-    return any((t := cc_tuple(entry)) is not None and t <= gpu for entry in ptx)
+    return any((t := cc_tuple(entry)) is not None and t[0] == gpu[0] and t <= gpu for entry in ptx)
 
 
 @cache
@@ -271,9 +281,19 @@ def hardware_features(cc: str) -> dict[str, bool]:
 def releases() -> tuple[Release, ...]:
     rows = []
     for r in _read("torch_releases.csv"):
-        rows.append(Release(r["release"], r["latest"], r["python_min"], r["python_max"],
-                            r["pypi_default"], _split(r["variants"]), _split(r["rocm_variants"]),
-                            r["status"] == VERIFIED, r["source"]))
+        rows.append(
+            Release(
+                r["release"],
+                r["latest"],
+                r["python_min"],
+                r["python_max"],
+                r["pypi_default"],
+                _split(r["variants"]),
+                _split(r["rocm_variants"]),
+                r["status"] == VERIFIED,
+                r["source"],
+            )
+        )
     return tuple(sorted(rows, key=lambda rel: major_minor(rel.release) or (0, 0)))
 
 
@@ -288,8 +308,16 @@ def _variants() -> dict[tuple[str, str, str], Variant]:
     table = {}
     for r in _read("torch_variants.csv"):
         table[(r["release"], r["variant"], r["platform"])] = Variant(
-            r["release"], r["variant"], r["platform"], _split(r["arches"]), _split(r["ptx"]),
-            r["cudnn"] or None, r["nccl"] or None, r["status"] == VERIFIED, r["source"])
+            r["release"],
+            r["variant"],
+            r["platform"],
+            _split(r["arches"]),
+            _split(r["ptx"]),
+            r["cudnn"] or None,
+            r["nccl"] or None,
+            r["status"] == VERIFIED,
+            r["source"],
+        )
     return table
 
 
@@ -302,8 +330,17 @@ def variant(release: str, name: str, platform: str = "linux") -> Variant | None:
     linux = table.get((release, name, "linux"))
     if linux is None:
         return None
-    return Variant(linux.release, linux.name, platform, linux.arches, (), linux.cudnn, linux.nccl,
-                   False, f"Linux list used for {platform} (no {platform} row): {linux.source}")
+    return Variant(
+        linux.release,
+        linux.name,
+        platform,
+        linux.arches,
+        (),
+        linux.cudnn,
+        linux.nccl,
+        False,
+        f"Linux list used for {platform} (no {platform} row): {linux.source}",
+    )
 
 
 @cache
@@ -321,13 +358,19 @@ def default_variant(release: Release, os_family: str | None) -> tuple[str, bool]
 
 def python_supported(release: Release, python: str) -> bool:
     py = major_minor(python)
-    return py is not None and major_minor(release.python_min) <= py <= major_minor(release.python_max)
+    return py is not None and major_minor(release.python_min) <= py <= major_minor(
+        release.python_max
+    )
 
 
 def install_command(version: str, variant_name: str) -> str:
     """The pip command that installs ``torch==version`` from one download.pytorch.org index."""
     mm = major_minor(version) or (0, 0)
     if mm < (1, 11):  # older wheels are published on the flat torch_stable page only
-        return (f"pip install torch=={version}+{variant_name} "
-                f"-f https://download.pytorch.org/whl/torch_stable.html")
-    return f"pip install torch=={version} --index-url https://download.pytorch.org/whl/{variant_name}"
+        return (
+            f"pip install torch=={version}+{variant_name} "
+            f"-f https://download.pytorch.org/whl/torch_stable.html"
+        )
+    return (
+        f"pip install torch=={version} --index-url https://download.pytorch.org/whl/{variant_name}"
+    )

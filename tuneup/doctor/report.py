@@ -35,7 +35,9 @@ def environment_line(snapshot: Snapshot) -> str:
     torch = snapshot.torch
     parts = []
     if torch.version:
-        build = f" (CUDA {torch.cuda})" if torch.cuda else f" (ROCm {torch.hip})" if torch.hip else ""
+        build = (
+            f" (CUDA {torch.cuda})" if torch.cuda else f" (ROCm {torch.hip})" if torch.hip else ""
+        )
         parts.append(f"torch {torch.version}{build}")
     elif torch.installed is False:
         parts.append("torch not installed")

@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
-from tuneup.doctor.rules import build, cpu, cudnn, driver, nccl, performance, python, rocm, visibility
+from tuneup.doctor.rules import (
+    build,
+    cpu,
+    cudnn,
+    driver,
+    nccl,
+    performance,
+    python,
+    rocm,
+    visibility,
+)
 from tuneup.doctor.rules.context import Context, Diagnosis
 from tuneup.doctor.snapshot import Snapshot
 
@@ -10,8 +20,9 @@ from tuneup.doctor.snapshot import Snapshot
 RULES = (build, driver, cudnn, nccl, visibility, rocm, python, performance, cpu)
 
 
-def diagnose(snapshot: Snapshot, requested_torch: str | None = None,
-             requested_python: str | None = None) -> Diagnosis:
+def diagnose(
+    snapshot: Snapshot, requested_torch: str | None = None, requested_python: str | None = None
+) -> Diagnosis:
     """Run every rule over ``snapshot``; ``requested_*`` judge a torch/Python the user plans to use."""
     ctx = Context(snapshot, requested_torch, requested_python)
     for rule in RULES:

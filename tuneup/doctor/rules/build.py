@@ -47,25 +47,38 @@ def _cpu_only(ctx: Context) -> None:
         gpus = ", ".join(g.name for g in ctx.nvidia_gpus) or f"driver {ctx.snap.driver.version}"
         cc = next((g.cc for g in ctx.nvidia_gpus if g.cc), None)
         wheel = find_wheel(ctx, cc=cc, start=build.release) if build.release else None
-        fix = install_fix(ctx, *wheel) if wheel else "install a CUDA build from https://pytorch.org/get-started/locally/"
+        fix = (
+            install_fix(ctx, *wheel)
+            if wheel
+            else "install a CUDA build from https://pytorch.org/get-started/locally/"
+        )
         if conda or (build.version and "+" not in build.version and ctx.os_family == "linux"):
             fix += f" (conda: remove cpuonly and pin the CUDA build, 'pytorch={build.base_version}=*cuda*')"
         severity = WARNING if build.assumed else ERROR
-        ctx.add("TU103", severity,
-                f"{build.label} is a CPU-only build ({build.basis}) but this machine has an NVIDIA GPU ({gpus}).",
-                fix)
+        ctx.add(
+            "TU103",
+            severity,
+            f"{build.label} is a CPU-only build ({build.basis}) but this machine has an NVIDIA GPU ({gpus}).",
+            fix,
+        )
         return
     hints = _cuda_hints(ctx) if ctx.snap.gpus is None else ""  # gpus == []: known to have none
     if hints:
         if build.is_dev:
             cuda = kb.cuda_variant(ctx.snap.cuda_toolkit or "") or "cu128"
-            fix = (f"pip install --pre torch --index-url https://download.pytorch.org/whl/nightly/{cuda} "
-                   "(conda: pin the CUDA build, 'pytorch=*=*cuda*')")
+            fix = (
+                f"pip install --pre torch --index-url https://download.pytorch.org/whl/nightly/{cuda} "
+                "(conda: pin the CUDA build, 'pytorch=*=*cuda*')"
+            )
         else:
             fix = "if this machine has an NVIDIA GPU, install a CUDA build from https://pytorch.org/get-started/locally/"
-        ctx.add("TU104", WARNING,
-                f"{build.label} is a CPU-only build ({build.basis}) while {hints} is installed: "
-                "it cannot use an NVIDIA GPU.", fix)
+        ctx.add(
+            "TU104",
+            WARNING,
+            f"{build.label} is a CPU-only build ({build.basis}) while {hints} is installed: "
+            "it cannot use an NVIDIA GPU.",
+            fix,
+        )
     else:
         ctx.ok(AREA, f"{build.label} is a CPU build and no NVIDIA GPU was found")
 
@@ -78,9 +91,8 @@ def _cuda_hints(ctx: Context) -> str:
 
 
 def _arch(ctx: Context) -> None:
-    if not ctx.nvidia_gpus:
-        if ctx.snap.gpus is None:
-            ctx.skip(AREA, "GPU architecture (the report lists no GPU)")
+    if not ctx.nvidia_gpus and ctx.snap.gpus is None:
+        ctx.skip(AREA, "GPU architecture (the report lists no GPU)")
     targets = ctx.arch_targets()
     for gpu in ctx.nvidia_gpus:
         if gpu.cc is None:
@@ -90,23 +102,33 @@ def _arch(ctx: Context) -> None:
         else:
             _arch_one(ctx, gpu, *targets)
     if NO_KERNEL_IMAGE in ctx.all_messages and not ctx.has("arch-unsupported"):
-        ctx.add("TU102", WARNING,
-                f"torch reported '{NO_KERNEL_IMAGE}': {ctx.build.label} (or an extension) lacks kernels for the GPU.",
-                "compare python -c 'import torch; print(torch.cuda.get_arch_list())' with "
-                "nvidia-smi --query-gpu=name,compute_cap --format=csv and install a build that lists your GPU's sm_XY")
+        ctx.add(
+            "TU102",
+            WARNING,
+            f"torch reported '{NO_KERNEL_IMAGE}': {ctx.build.label} (or an extension) lacks kernels for the GPU.",
+            "compare python -c 'import torch; print(torch.cuda.get_arch_list())' with "
+            "nvidia-smi --query-gpu=name,compute_cap --format=csv and install a build that lists your GPU's sm_XY",
+        )
 
 
-def _arch_one(ctx: Context, gpu: GpuFact, sass: list[str], ptx: list[str], where: str, verified: bool) -> None:
+def _arch_one(
+    ctx: Context, gpu: GpuFact, sass: list[str], ptx: list[str], where: str, verified: bool
+) -> None:
     build = ctx.build
     cc = gpu.cc or ""
-    shown = " ".join([_arch_name(a, "sm_") for a in sass] + [_arch_name(a, "compute_") for a in ptx]) or "none"
+    shown = (
+        " ".join([_arch_name(a, "sm_") for a in sass] + [_arch_name(a, "compute_") for a in ptx])
+        or "none"
+    )
     if kb.arch_covers(sass, ptx, cc):
         ctx.ok(AREA, f"{gpu.name} (CC {cc}) runs {build.label} kernels ({shown})")
         return
     arch = kb.architecture(cc)
     family = f" ({arch.name})" if arch else ""
-    message = (f"{gpu.name} is compute capability {cc}{family}, but {build.label} has kernels only for "
-               f"{shown} (from {where}).")
+    message = (
+        f"{gpu.name} is compute capability {cc}{family}, but {build.label} has kernels only for "
+        f"{shown} (from {where})."
+    )
     wheel = find_wheel(ctx, cc=cc, start=build.release)
     if wheel is not None:
         fix = install_fix(ctx, *wheel)
@@ -115,9 +137,15 @@ def _arch_one(ctx: Context, gpu: GpuFact, sass: list[str], ptx: list[str], where
             if need and need.floor_driver:
                 fix += f" (needs NVIDIA driver >= {need.floor_driver})"
     else:
-        last = f" with CUDA <= {arch.last_cuda} (the last toolkit that targets it)" if arch and arch.last_cuda else ""
-        fix = (f"no published PyTorch wheel in tuneup's tables has sm_{cc.replace('.', '')} kernels: "
-               f"build PyTorch from source{last} with TORCH_CUDA_ARCH_LIST={cc}")
+        last = (
+            f" with CUDA <= {arch.last_cuda} (the last toolkit that targets it)"
+            if arch and arch.last_cuda
+            else ""
+        )
+        fix = (
+            f"no published PyTorch wheel in tuneup's tables has sm_{cc.replace('.', '')} kernels: "
+            f"build PyTorch from source{last} with TORCH_CUDA_ARCH_LIST={cc}"
+        )
     ctx.add("TU101" if verified else "TU102", ERROR if verified else WARNING, message, fix)
 
 

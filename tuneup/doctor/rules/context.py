@@ -10,13 +10,18 @@ from tuneup.doctor import knowledge as kb
 from tuneup.doctor.findings import Finding, finding
 from tuneup.doctor.snapshot import GPU, Snapshot
 
-AMD_NAME = re.compile(r"\b(amd|radeon|instinct|mi\d{2,3}x?|gfx\d+)\b", re.I)
-NVIDIA_NAME = re.compile(r"\b(nvidia|geforce|quadro|tesla|titan|rtx|gtx|jetson)\b", re.I)
+AMD_NAME = re.compile(r"\b(amd|radeon|instinct|mi\d{2,3}x?|gfx\d+)\b", re.IGNORECASE)
+NVIDIA_NAME = re.compile(r"\b(nvidia|geforce|quadro|tesla|titan|rtx|gtx|jetson)\b", re.IGNORECASE)
 DRIVER_CUDA_MESSAGE = re.compile(r"driver on your system is too old \(found version (\d{4,6})\)")
 CAPABILITY_WARNINGS = (  # torch's warnings name the GPU and its CC even when the GPU list is cut off
-    re.compile(r"^\s*(?P<name>\S.*?) with CUDA capability sm_(?P<major>\d+?)(?P<minor>\d) is not compatible", re.M),
-    re.compile(r"Found GPU\d+ (?P<name>.+?) which is of (?:cuda|compute) capability (?:\(CC\) )?"
-               r"(?P<major>\d+)\.(?P<minor>\d+)"),
+    re.compile(
+        r"^\s*(?P<name>\S.*?) with CUDA capability sm_(?P<major>\d+?)(?P<minor>\d) is not compatible",
+        re.MULTILINE,
+    ),
+    re.compile(
+        r"Found GPU\d+ (?P<name>.+?) which is of (?:cuda|compute) capability (?:\(CC\) )?"
+        r"(?P<major>\d+)\.(?P<minor>\d+)"
+    ),
 )
 
 
@@ -82,8 +87,12 @@ class Build:
 class Context:
     """Rules read facts from here and record their outcome with :meth:`add`, :meth:`ok`, :meth:`skip`."""
 
-    def __init__(self, snapshot: Snapshot, requested_torch: str | None = None,
-                 requested_python: str | None = None) -> None:
+    def __init__(
+        self,
+        snapshot: Snapshot,
+        requested_torch: str | None = None,
+        requested_python: str | None = None,
+    ) -> None:
         self.snap = snapshot
         self.requested_torch = requested_torch
         self.requested_python = requested_python
@@ -167,7 +176,10 @@ class Context:
         if not facts:
             for pattern in CAPABILITY_WARNINGS:
                 for match in pattern.finditer(self.all_messages):
-                    name, cc = match.group("name"), f"{int(match.group('major'))}.{match.group('minor')}"
+                    name, cc = (
+                        match.group("name"),
+                        f"{int(match.group('major'))}.{match.group('minor')}",
+                    )
                     if all(f.name != name for f in facts):
                         facts.append(GpuFact(name, "nvidia", cc, GPU(name=name)))
         return facts
@@ -285,7 +297,7 @@ class Context:
         if build.kind != "cuda" or not build.variant or not build.is_published_wheel:
             return None
         machine = self.snap.cpu.architecture or self.snap.platform.os or ""
-        if re.search(r"aarch64|arm64|ppc64", machine, re.I):
+        if re.search(r"aarch64|arm64|ppc64", machine, re.IGNORECASE):
             return None  # the wheel tables describe x86_64 builds only
         row = self.variant_row(build.version, build.variant)
         if row is None:

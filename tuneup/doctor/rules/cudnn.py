@@ -12,7 +12,8 @@ from tuneup.doctor.rules.context import Context
 AREA = "cudnn"
 INCOMPATIBILITY = re.compile(
     r"compiled\s+against\s+\((\d+),\s*(\d+),\s*(\d+)\)\s+but\s+(?:found runtime version|linked against)\s+"
-    r"\((\d+),\s*(\d+),\s*(\d+)\)")
+    r"\((\d+),\s*(\d+),\s*(\d+)\)"
+)
 BARE_VERSION = re.compile(r"\d+(?:\.\d+){1,3}")
 SM75_CUDNN = (9, 11)  # cuDNN 9.11.0 dropped GPUs below compute capability 7.5
 
@@ -31,8 +32,10 @@ def check(ctx: Context) -> None:
     if _compatible(want, got):
         ctx.ok(AREA, f"runtime cuDNN {got} matches compiled cuDNN {want}")
         return
-    message = (f"cuDNN {got} ({got_from}) is loaded, but torch was compiled against cuDNN {want} "
-               f"({want_from}): {'different major' if _major(want) != _major(got) else 'older minor'}.")
+    message = (
+        f"cuDNN {got} ({got_from}) is loaded, but torch was compiled against cuDNN {want} "
+        f"({want_from}): {'different major' if _major(want) != _major(got) else 'older minor'}."
+    )
     ctx.add("TU301", ERROR, message, _fix(ctx, want))
 
 
@@ -102,21 +105,30 @@ def _compatible(compiled: str, runtime: str) -> bool:
 def _fix(ctx: Context, want: str) -> str:
     dirs = _ld_path_cudnn(ctx) or [d for d in _ld_dirs(ctx) if "cuda" in d.lower()]
     if dirs:
-        return (f"remove {', '.join(dirs)} from LD_LIBRARY_PATH so torch loads the cuDNN it bundles "
-                f"(or install cuDNN {want} there)")
-    return (f"make torch load the cuDNN it ships with: drop any directory holding another libcudnn from "
-            f"LD_LIBRARY_PATH (check with: env | grep LD_LIBRARY_PATH), or install cuDNN {want}")
+        return (
+            f"remove {', '.join(dirs)} from LD_LIBRARY_PATH so torch loads the cuDNN it bundles "
+            f"(or install cuDNN {want} there)"
+        )
+    return (
+        f"make torch load the cuDNN it ships with: drop any directory holding another libcudnn from "
+        f"LD_LIBRARY_PATH (check with: env | grep LD_LIBRARY_PATH), or install cuDNN {want}"
+    )
 
 
 def _shadow_risk(ctx: Context, want: str) -> None:
     dirs = _ld_path_cudnn(ctx)
-    ctx.add("TU302", WARNING,
-            f"LD_LIBRARY_PATH holds a cuDNN directory ({', '.join(dirs)}); it can shadow the cuDNN {want} "
-            "torch was built with.",
-            f"unset the cuDNN entries: export LD_LIBRARY_PATH=<the same list without {dirs[0]}>")
+    ctx.add(
+        "TU302",
+        WARNING,
+        f"LD_LIBRARY_PATH holds a cuDNN directory ({', '.join(dirs)}); it can shadow the cuDNN {want} "
+        "torch was built with.",
+        f"unset the cuDNN entries: export LD_LIBRARY_PATH=<the same list without {dirs[0]}>",
+    )
 
 
-def _old_gpus(ctx: Context, compiled: tuple[str, str] | None, runtime: tuple[str, str] | None) -> None:
+def _old_gpus(
+    ctx: Context, compiled: tuple[str, str] | None, runtime: tuple[str, str] | None
+) -> None:
     version = (runtime or compiled or (None, None))[0]
     mm = kb.major_minor(version)
     if mm is None or mm < SM75_CUDNN:
@@ -124,7 +136,10 @@ def _old_gpus(ctx: Context, compiled: tuple[str, str] | None, runtime: tuple[str
     for gpu in ctx.nvidia_gpus:
         cc = kb.cc_tuple(gpu.cc or "")
         if cc is not None and cc < (7, 5):
-            ctx.add("TU303", WARNING,
-                    f"cuDNN {version} no longer supports {gpu.name} (CC {gpu.cc}); cuDNN 9.11+ needs CC >= 7.5.",
-                    "install a torch variant that ships cuDNN 9.10 (the cu126 builds), e.g. "
-                    "pip install torch --index-url https://download.pytorch.org/whl/cu126")
+            ctx.add(
+                "TU303",
+                WARNING,
+                f"cuDNN {version} no longer supports {gpu.name} (CC {gpu.cc}); cuDNN 9.11+ needs CC >= 7.5.",
+                "install a torch variant that ships cuDNN 9.10 (the cu126 builds), e.g. "
+                "pip install torch --index-url https://download.pytorch.org/whl/cu126",
+            )

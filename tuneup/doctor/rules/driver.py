@@ -25,39 +25,63 @@ def check(ctx: Context) -> None:
     driver = ctx.snap.driver.version
     known = ctx.driver_max_cuda
     if runs is None and INSUFFICIENT in ctx.all_messages:
-        ctx.add("TU201", ERROR, f"torch reported '{INSUFFICIENT}': the driver is too old for {build.label} "
-                f"(CUDA {need.cuda}, from {build.basis}).", _driver_step(need))
+        ctx.add(
+            "TU201",
+            ERROR,
+            f"torch reported '{INSUFFICIENT}': the driver is too old for {build.label} "
+            f"(CUDA {need.cuda}, from {build.basis}).",
+            _driver_step(need),
+        )
         return
     if runs is None:
         ctx.skip(AREA, "driver version (the report has no driver line)")
         return
-    have = f"driver {driver}" if driver else f"the driver (CUDA {known[0]} at most: {known[1]})" if known else "the driver"
+    have = (
+        f"driver {driver}"
+        if driver
+        else f"the driver (CUDA {known[0]} at most: {known[1]})"
+        if known
+        else "the driver"
+    )
     if not runs:
         _too_old(ctx, need, have)
         return
     ga = kb.version_tuple(need.ga_driver)
     if need.minor_version_compat and driver and ga and kb.version_tuple(driver) < ga:
-        ctx.add("TU202", INFO,
-                f"{have} is older than CUDA {need.cuda}'s own driver ({need.ga_driver}); {build.label} runs "
-                f"through CUDA {need.cuda.split('.')[0]}.x minor-version compatibility (driver >= {need.floor_driver}).",
-                f"nothing required; for PTX JIT of newer kernels and the newest CUDA APIs update to >= {need.ga_driver}")
+        ctx.add(
+            "TU202",
+            INFO,
+            f"{have} is older than CUDA {need.cuda}'s own driver ({need.ga_driver}); {build.label} runs "
+            f"through CUDA {need.cuda.split('.')[0]}.x minor-version compatibility (driver >= {need.floor_driver}).",
+            f"nothing required; for PTX JIT of newer kernels and the newest CUDA APIs update to >= {need.ga_driver}",
+        )
         return
     ctx.ok(AREA, f"{have} runs CUDA {need.cuda} ({build.label})")
 
 
 def _too_old(ctx: Context, need: kb.DriverNeed, have: str) -> None:
     build = ctx.build
-    compat = (f"CUDA {need.cuda.split('.')[0]}.x needs >= {need.floor_driver}" if need.minor_version_compat
-              else f"CUDA {need.cuda} needs >= {need.floor_driver}")
-    message = f"{have} is too old for {build.label} (CUDA {need.cuda}, from {build.basis}): {compat}."
+    compat = (
+        f"CUDA {need.cuda.split('.')[0]}.x needs >= {need.floor_driver}"
+        if need.minor_version_compat
+        else f"CUDA {need.cuda} needs >= {need.floor_driver}"
+    )
+    message = (
+        f"{have} is too old for {build.label} (CUDA {need.cuda}, from {build.basis}): {compat}."
+    )
     driver_step = _driver_step(need)
     cc = next((g.cc for g in ctx.nvidia_gpus if g.cc), None)
-    wheel = find_wheel(ctx, cc=cc, start=build.release, same_release_only=True) if build.release else None
+    wheel = (
+        find_wheel(ctx, cc=cc, start=build.release, same_release_only=True)
+        if build.release
+        else None
+    )
     if wheel is not None and kb.variant_cuda(wheel[1]) != build.cuda:
         fix = f"{install_fix(ctx, *wheel)}, or {driver_step}"
     else:
         fix = driver_step
-    ctx.add("TU201", ERROR if need.verified else WARNING, message, fix)
+    guessed = build.assumed and not (build.release and build.release.verified)
+    ctx.add("TU201", ERROR if need.verified and not guessed else WARNING, message, fix)
 
 
 def _driver_step(need: kb.DriverNeed) -> str:

@@ -39,36 +39,60 @@ def _wheels(ctx: Context) -> None:
     keep = build_major if build_major in wheels else max(wheels)
     extra = [wheels[m][0] for m in sorted(wheels) if m != keep]
     listed = ", ".join(f"{n}=={v}" for n, v in wheels.values())
-    basis = f"your torch is a CUDA {build_major} build" if build_major in wheels else "keeping the newest CUDA major"
-    ctx.add("TU401", ERROR,
-            f"NCCL wheels for {len(wheels)} CUDA majors are installed ({listed}); only one libnccl.so.2 can load "
-            "and the wrong one lacks symbols torch needs.",
-            f"pip uninstall -y {' '.join(extra)}  ({basis}: keep {wheels[keep][0]})")
+    basis = (
+        f"your torch is a CUDA {build_major} build"
+        if build_major in wheels
+        else "keeping the newest CUDA major"
+    )
+    ctx.add(
+        "TU401",
+        ERROR,
+        f"NCCL wheels for {len(wheels)} CUDA majors are installed ({listed}); only one libnccl.so.2 can load "
+        "and the wrong one lacks symbols torch needs.",
+        f"pip uninstall -y {' '.join(extra)}  ({basis}: keep {wheels[keep][0]})",
+    )
 
 
 def _symbols(ctx: Context) -> None:
     match = MISSING_SYMBOL.search(ctx.all_messages)
     if match:
-        ctx.add("TU402", ERROR,
-                f"torch could not find the NCCL symbol {match.group(1)}: an older or foreign libnccl.so.2 was loaded.",
-                "remove other libnccl from LD_LIBRARY_PATH / LD_PRELOAD and keep only the nvidia-nccl wheel torch "
-                "pins (pip show torch | grep -i nccl)")
+        ctx.add(
+            "TU402",
+            ERROR,
+            f"torch could not find the NCCL symbol {match.group(1)}: an older or foreign libnccl.so.2 was loaded.",
+            "remove other libnccl from LD_LIBRARY_PATH / LD_PRELOAD and keep only the nvidia-nccl wheel torch "
+            "pins (pip show torch | grep -i nccl)",
+        )
 
 
 def _libraries(ctx: Context) -> None:
     versions = sorted(set(ctx.snap.nccl_versions or []))
-    preload = [name for name in ("LD_PRELOAD", "LD_LIBRARY_PATH") if "nccl" in (ctx.env(name) or "").lower()]
+    preload = [
+        name
+        for name in ("LD_PRELOAD", "LD_LIBRARY_PATH")
+        if "nccl" in (ctx.env(name) or "").lower()
+    ]
     if len(versions) > 1 or preload:
-        where = f"libnccl versions {', '.join(versions)} on the library path" if len(versions) > 1 else \
-            f"{' and '.join(preload)} names an NCCL library"
-        ctx.add("TU404", WARNING,
-                f"{where}: a second libnccl can shadow the one torch was built against.",
-                f"drop the extra NCCL from {' / '.join(preload) or 'the library path'} so torch loads its own")
+        where = (
+            f"libnccl versions {', '.join(versions)} on the library path"
+            if len(versions) > 1
+            else f"{' and '.join(preload)} names an NCCL library"
+        )
+        ctx.add(
+            "TU404",
+            WARNING,
+            f"{where}: a second libnccl can shadow the one torch was built against.",
+            f"drop the extra NCCL from {' / '.join(preload) or 'the library path'} so torch loads its own",
+        )
 
 
 def _switches(ctx: Context) -> None:
     for name, effect in TRANSPORT_SWITCHES.items():
         value = ctx.env(name)
         if value is not None and value.strip() not in ("", "0"):
-            ctx.add("TU403", WARNING, f"{name}={value}: {effect}, which costs bandwidth.",
-                    f"unset {name} unless it works around a known hang on this machine")
+            ctx.add(
+                "TU403",
+                WARNING,
+                f"{name}={value}: {effect}, which costs bandwidth.",
+                f"unset {name} unless it works around a known hang on this machine",
+            )

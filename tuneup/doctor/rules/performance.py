@@ -16,17 +16,38 @@ SLOWDOWN_WORDS = ("thermal", "power", "hwslowdown", "hw_slowdown", "powerbrake")
 def check(ctx: Context) -> None:
     for gpu in ctx.nvidia_gpus:
         raw = gpu.raw
-        _pcie(ctx, gpu.name, raw.pcie_width_current, raw.pcie_width_max, raw.pcie_gen_current, raw.pcie_gen_max)
+        _pcie(
+            ctx,
+            gpu.name,
+            raw.pcie_width_current,
+            raw.pcie_width_max,
+            raw.pcie_gen_current,
+            raw.pcie_gen_max,
+        )
         if raw.persistence_mode is False and ctx.os_family == "linux":
-            ctx.add("TU803", INFO, f"{gpu.name}: persistence mode is off; each new process pays driver start-up.",
-                    "sudo nvidia-smi -pm 1 (or enable the nvidia-persistenced service)")
-        slow = [r for r in raw.throttle_reasons or [] if any(w in r.lower() for w in SLOWDOWN_WORDS)]
+            ctx.add(
+                "TU803",
+                INFO,
+                f"{gpu.name}: persistence mode is off; each new process pays driver start-up.",
+                "sudo nvidia-smi -pm 1 (or enable the nvidia-persistenced service)",
+            )
+        slow = [
+            r for r in raw.throttle_reasons or [] if any(w in r.lower() for w in SLOWDOWN_WORDS)
+        ]
         if slow:
-            ctx.add("TU804", WARNING, f"{gpu.name} is throttling its clocks: {', '.join(slow)}.",
-                    "check cooling and power limits: nvidia-smi -q -d PERFORMANCE,POWER,TEMPERATURE")
+            ctx.add(
+                "TU804",
+                WARNING,
+                f"{gpu.name} is throttling its clocks: {', '.join(slow)}.",
+                "check cooling and power limits: nvidia-smi -q -d PERFORMANCE,POWER,TEMPERATURE",
+            )
         if raw.ecc_uncorrected_errors:
-            ctx.add("TU807", WARNING, f"{gpu.name} reports {raw.ecc_uncorrected_errors} uncorrected ECC errors.",
-                    "nvidia-smi -q -d ECC; reset the GPU (nvidia-smi -r) or have the board checked")
+            ctx.add(
+                "TU807",
+                WARNING,
+                f"{gpu.name} reports {raw.ecc_uncorrected_errors} uncorrected ECC errors.",
+                "nvidia-smi -q -d ECC; reset the GPU (nvidia-smi -r) or have the board checked",
+            )
         if gpu.cc:
             features = kb.hardware_features(gpu.cc)
             listed = ", ".join(f"{name} {'yes' if on else 'no'}" for name, on in features.items())
@@ -36,14 +57,28 @@ def check(ctx: Context) -> None:
         _shm(ctx, len(ctx.nvidia_gpus))
 
 
-def _pcie(ctx: Context, name: str, width: int | None, width_max: int | None, gen: int | None,
-          gen_max: int | None) -> None:
+def _pcie(
+    ctx: Context,
+    name: str,
+    width: int | None,
+    width_max: int | None,
+    gen: int | None,
+    gen_max: int | None,
+) -> None:
     if width and width_max and width < width_max:
-        ctx.add("TU801", WARNING, f"{name}: PCIe link x{width} of x{width_max}; host-device copies run slower.",
-                "reseat the card in a full-width slot or check the BIOS lane split")
+        ctx.add(
+            "TU801",
+            WARNING,
+            f"{name}: PCIe link x{width} of x{width_max}; host-device copies run slower.",
+            "reseat the card in a full-width slot or check the BIOS lane split",
+        )
     if gen and gen_max and gen < gen_max:
-        ctx.add("TU802", INFO, f"{name}: PCIe gen {gen} of gen {gen_max} (normal while idle; a problem under load).",
-                "re-check under load: nvidia-smi --query-gpu=pcie.link.gen.current,pcie.link.gen.max --format=csv")
+        ctx.add(
+            "TU802",
+            INFO,
+            f"{name}: PCIe gen {gen} of gen {gen_max} (normal while idle; a problem under load).",
+            "re-check under load: nvidia-smi --query-gpu=pcie.link.gen.current,pcie.link.gen.max --format=csv",
+        )
 
 
 def usable_cores(ctx: Context) -> float | None:
@@ -63,11 +98,14 @@ def _cores(ctx: Context, gpus: int) -> None:
         return
     per_gpu = cores / gpus
     if per_gpu < MIN_CORES_PER_GPU:
-        ctx.add("TU805", WARNING,
-                f"{cores:g} usable CPU cores for {gpus} GPU(s) = {per_gpu:.1f} per GPU (< {MIN_CORES_PER_GPU}); "
-                "data loading will likely starve the GPUs.",
-                "give the job more CPUs (docker --cpus, Kubernetes CPU limits, taskset) or move decoding/"
-                "augmentation to the GPU; keep num_workers <= usable cores per GPU - 1")
+        ctx.add(
+            "TU805",
+            WARNING,
+            f"{cores:g} usable CPU cores for {gpus} GPU(s) = {per_gpu:.1f} per GPU (< {MIN_CORES_PER_GPU}); "
+            "data loading will likely starve the GPUs.",
+            "give the job more CPUs (docker --cpus, Kubernetes CPU limits, taskset) or move decoding/"
+            "augmentation to the GPU; keep num_workers <= usable cores per GPU - 1",
+        )
     else:
         ctx.ok(AREA, f"{per_gpu:.1f} usable CPU cores per GPU")
 
@@ -85,10 +123,13 @@ def _shm(ctx: Context, gpus: int) -> None:
     workers = loader_workers(cores, gpus) * gpus
     needed = shm_needed(workers)
     if shm < needed:
-        ctx.add("TU806", WARNING,
-                f"/dev/shm is {shm / 2**20:.0f} MiB; {workers} DataLoader workers x prefetch {PREFETCH_FACTOR} "
-                f"x ~{BATCH_BYTES // 2**20} MiB batches need ~{needed / 2**20:.0f} MiB (bus error when full).",
-                "docker run --shm-size=8g (or --ipc=host); Kubernetes: mount an emptyDir with medium: Memory "
-                "at /dev/shm")
+        ctx.add(
+            "TU806",
+            WARNING,
+            f"/dev/shm is {shm / 2**20:.0f} MiB; {workers} DataLoader workers x prefetch {PREFETCH_FACTOR} "
+            f"x ~{BATCH_BYTES // 2**20} MiB batches need ~{needed / 2**20:.0f} MiB (bus error when full).",
+            "docker run --shm-size=8g (or --ipc=host); Kubernetes: mount an emptyDir with medium: Memory "
+            "at /dev/shm",
+        )
     else:
         ctx.ok(AREA, f"/dev/shm {shm / 2**30:.1f} GiB is enough for {workers} workers")

@@ -24,14 +24,21 @@ def check(ctx: Context) -> None:
         return
     release = build.release
     if kb.python_supported(release, python):
-        ctx.ok(AREA, f"Python {python} is supported by torch {release.release} "
-                     f"({release.python_min}-{release.python_max})")
+        ctx.ok(
+            AREA,
+            f"Python {python} is supported by torch {release.release} "
+            f"({release.python_min}-{release.python_max})",
+        )
         return
     installed = not build.requested and ctx.snap.torch.installed
     newer = py > kb.major_minor(release.python_max)
-    message = (f"{build.label} has wheels for Python {release.python_min}-{release.python_max} only, "
-               f"not Python {python}" + (" (pip finds no matching distribution)." if not installed else "."))
-    ctx.add("TU701", WARNING if installed else ERROR, message, _fix(release, python, newer))
+    message = (
+        f"{build.label} has wheels for Python {release.python_min}-{release.python_max} only, "
+        f"not Python {python}"
+        + (" (pip finds no matching distribution)." if not installed else ".")
+    )
+    severity = ERROR if release.verified and not installed else WARNING
+    ctx.add("TU701", severity, message, _fix(release, python, newer))
 
 
 def _fix(release: kb.Release, python: str, newer: bool) -> str:
@@ -44,7 +51,9 @@ def _fix(release: kb.Release, python: str, newer: bool) -> str:
         if later:
             return f"{step}, or pip install torch=={later[0].latest} (first release with Python {python} wheels)"
     else:
-        earlier = [r for r in fitting if kb.major_minor(r.release) < kb.major_minor(release.release)]
+        earlier = [
+            r for r in fitting if kb.major_minor(r.release) < kb.major_minor(release.release)
+        ]
         if earlier:
             return f"{step}, or pip install torch=={earlier[-1].latest} (last release with Python {python} wheels)"
     return step
@@ -53,10 +62,15 @@ def _fix(release: kb.Release, python: str, newer: bool) -> str:
 def _any_release(ctx: Context, python: str) -> None:
     fitting = [r for r in kb.releases() if kb.python_supported(r, python)]
     if fitting:
-        ctx.ok(AREA, f"Python {python} has torch wheels ({fitting[0].release}-{fitting[-1].release})")
+        ctx.ok(
+            AREA, f"Python {python} has torch wheels ({fitting[0].release}-{fitting[-1].release})"
+        )
         return
     newest = kb.releases()[-1]
-    ctx.add("TU702", WARNING,
-            f"no PyTorch release in tuneup's tables publishes wheels for Python {python} "
-            f"(newest: torch {newest.release} for {newest.python_min}-{newest.python_max}).",
-            f"use Python {newest.python_max} (e.g. uv venv --python {newest.python_max}) or a nightly build")
+    ctx.add(
+        "TU702",
+        WARNING,
+        f"no PyTorch release in tuneup's tables publishes wheels for Python {python} "
+        f"(newest: torch {newest.release} for {newest.python_min}-{newest.python_max}).",
+        f"use Python {newest.python_max} (e.g. uv venv --python {newest.python_max}) or a nightly build",
+    )

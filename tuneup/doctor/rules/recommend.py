@@ -13,18 +13,24 @@ def _search_order(start: kb.Release | None, same_release_only: bool) -> list[kb.
     if same_release_only:
         return [start]
     index = everything.index(start)
-    return [start] + everything[index + 1:] + everything[:index][::-1]
+    return [start] + everything[index + 1 :] + everything[:index][::-1]
 
 
-def find_wheel(ctx: Context, cc: str | None = None, start: kb.Release | None = None,
-               same_release_only: bool = False) -> tuple[kb.Release, str] | None:
+def find_wheel(
+    ctx: Context,
+    cc: str | None = None,
+    start: kb.Release | None = None,
+    same_release_only: bool = False,
+) -> tuple[kb.Release, str] | None:
     """(release, variant) nearest to ``start`` whose wheel covers ``cc``, runs on the driver
     and exists for the machine's Python; None when no table row fits."""
     platform = "windows" if ctx.os_family == "windows" else "linux"
     for release in _search_order(start, same_release_only):
         if ctx.python and not kb.python_supported(release, ctx.python):
             continue
-        newest_first = sorted(release.variants, key=lambda v: kb.major_minor(kb.variant_cuda(v)), reverse=True)
+        newest_first = sorted(
+            release.variants, key=lambda v: kb.major_minor(kb.variant_cuda(v)), reverse=True
+        )
         for name in newest_first:
             if ctx.driver_runs(kb.variant_cuda(name) or "") is False:
                 continue

@@ -13,20 +13,37 @@ AREA = "rocm"
 def check(ctx: Context) -> None:
     build = ctx.build
     amd = ctx.amd_gpus
-    if amd and build.kind in ("cuda", "cpu"):
+    mixed = ctx.nvidia_present and build.kind == "cuda"  # the CUDA build serves the NVIDIA GPU
+    if amd and build.kind in ("cuda", "cpu") and not mixed:
         names = ", ".join(g.name for g in amd)
-        what = f"a CUDA build ({build.basis})" if build.kind == "cuda" else f"a CPU-only build ({build.basis})"
+        what = (
+            f"a CUDA build ({build.basis})"
+            if build.kind == "cuda"
+            else f"a CPU-only build ({build.basis})"
+        )
         code, severity = ("TU601", ERROR) if build.kind == "cuda" else ("TU603", WARNING)
-        if ctx.nvidia_present and build.kind == "cuda":
-            return  # mixed machine: the CUDA build serves the NVIDIA GPU
-        ctx.add(code, severity, f"{build.label} is {what}, which cannot use the AMD GPU ({names}).", _rocm_fix(ctx))
+        ctx.add(
+            code,
+            severity,
+            f"{build.label} is {what}, which cannot use the AMD GPU ({names}).",
+            _rocm_fix(ctx),
+        )
     elif amd and build.kind == "rocm":
         ctx.ok(AREA, f"{build.label} is a ROCm build for the AMD GPU")
     if build.kind == "rocm" and ctx.nvidia_present and not amd:
         cc = next((g.cc for g in ctx.nvidia_gpus if g.cc), None)
         wheel = find_wheel(ctx, cc=cc, start=build.release)
-        fix = install_fix(ctx, *wheel) if wheel else "install a CUDA build from https://pytorch.org/get-started/locally/"
-        ctx.add("TU602", ERROR, f"{build.label} is a ROCm build ({build.basis}) on a machine with an NVIDIA GPU.", fix)
+        fix = (
+            install_fix(ctx, *wheel)
+            if wheel
+            else "install a CUDA build from https://pytorch.org/get-started/locally/"
+        )
+        ctx.add(
+            "TU602",
+            ERROR,
+            f"{build.label} is a ROCm build ({build.basis}) on a machine with an NVIDIA GPU.",
+            fix,
+        )
 
 
 def _rocm_fix(ctx: Context) -> str:
@@ -35,7 +52,7 @@ def _rocm_fix(ctx: Context) -> str:
     start = ctx.build.release
     ordered = list(kb.releases())
     if start is not None:
-        ordered = ordered[ordered.index(start):]
+        ordered = ordered[ordered.index(start) :]
     for release in ordered:
         if release.rocm_variants and (not ctx.python or kb.python_supported(release, ctx.python)):
             return install_fix(ctx, release, release.rocm_variants[-1])

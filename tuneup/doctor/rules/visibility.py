@@ -12,14 +12,23 @@ def check(ctx: Context) -> None:
     torch = ctx.snap.torch
     if ctx.build.requested or ctx.build.kind not in ("cuda", None) or not ctx.nvidia_present:
         return
-    sees_none = torch.cuda_available is False or (torch.cuda_available is None and torch.device_count == 0)
+    sees_none = torch.cuda_available is False or (
+        torch.cuda_available is None and torch.device_count == 0
+    )
     hidden = _hidden_by_visible_devices(ctx)
     if not sees_none:
         if hidden:
-            ctx.add("TU502", WARNING, f"CUDA_VISIBLE_DEVICES={ctx.env('CUDA_VISIBLE_DEVICES')!r}: {hidden}.",
-                    "list existing GPU indices or UUIDs (nvidia-smi -L), e.g. export CUDA_VISIBLE_DEVICES=0")
+            ctx.add(
+                "TU502",
+                WARNING,
+                f"CUDA_VISIBLE_DEVICES={ctx.env('CUDA_VISIBLE_DEVICES')!r}: {hidden}.",
+                "list existing GPU indices or UUIDs (nvidia-smi -L), e.g. export CUDA_VISIBLE_DEVICES=0",
+            )
         elif torch.cuda_available:
-            ctx.ok(AREA, f"torch sees {torch.device_count if torch.device_count is not None else 'the'} GPU(s)")
+            ctx.ok(
+                AREA,
+                f"torch sees {torch.device_count if torch.device_count is not None else 'the'} GPU(s)",
+            )
         else:
             ctx.skip(AREA, "whether torch sees the GPU (the report does not say)")
         return
@@ -29,22 +38,39 @@ def check(ctx: Context) -> None:
     build = f"{ctx.build.label} (CUDA {ctx.build.cuda})" if ctx.build.cuda else ctx.build.label
     head = f"{build} cannot see the NVIDIA GPU ({what}) that is present"
     if hidden:
-        ctx.add("TU502", ERROR, f"{head}: CUDA_VISIBLE_DEVICES={ctx.env('CUDA_VISIBLE_DEVICES')!r} {hidden}.",
-                "unset CUDA_VISIBLE_DEVICES, or set it to an existing index: export CUDA_VISIBLE_DEVICES=0")
+        ctx.add(
+            "TU502",
+            ERROR,
+            f"{head}: CUDA_VISIBLE_DEVICES={ctx.env('CUDA_VISIBLE_DEVICES')!r} {hidden}.",
+            "unset CUDA_VISIBLE_DEVICES, or set it to an existing index: export CUDA_VISIBLE_DEVICES=0",
+        )
         return
     capabilities = ctx.env("NVIDIA_DRIVER_CAPABILITIES")
-    if capabilities is not None and not {"compute", "all"} & set(capabilities.replace(" ", "").split(",")):
-        ctx.add("TU503", ERROR,
-                f"{head}: NVIDIA_DRIVER_CAPABILITIES={capabilities!r} lacks 'compute', so the container has "
-                "nvidia-smi but no libcuda.",
-                "start the container with -e NVIDIA_DRIVER_CAPABILITIES=compute,utility (or --gpus all)")
+    if capabilities is not None and not {"compute", "all"} & set(
+        capabilities.replace(" ", "").split(",")
+    ):
+        ctx.add(
+            "TU503",
+            ERROR,
+            f"{head}: NVIDIA_DRIVER_CAPABILITIES={capabilities!r} lacks 'compute', so the container has "
+            "nvidia-smi but no libcuda.",
+            "start the container with -e NVIDIA_DRIVER_CAPABILITIES=compute,utility (or --gpus all)",
+        )
         return
     reason = f" ({torch.init_error})" if torch.init_error else ""
-    unknown = "" if ctx.build.kind else "; the build is not in the report, and a CPU-only build looks the same"
-    ctx.add("TU501", ERROR, f"{head}{reason}{unknown}.",
-            "check in the failing environment: python -c 'import torch; print(torch.version.cuda)' must print a "
-            "CUDA version; CUDA_VISIBLE_DEVICES must be unset or name an existing GPU (export "
-            "CUDA_VISIBLE_DEVICES=0); in a container add --gpus all and -e NVIDIA_DRIVER_CAPABILITIES=compute,utility")
+    unknown = (
+        ""
+        if ctx.build.kind
+        else "; the build is not in the report, and a CPU-only build looks the same"
+    )
+    ctx.add(
+        "TU501",
+        ERROR,
+        f"{head}{reason}{unknown}.",
+        "check in the failing environment: python -c 'import torch; print(torch.version.cuda)' must print a "
+        "CUDA version; CUDA_VISIBLE_DEVICES must be unset or name an existing GPU (export "
+        "CUDA_VISIBLE_DEVICES=0); in a container add --gpus all and -e NVIDIA_DRIVER_CAPABILITIES=compute,utility",
+    )
 
 
 def _hidden_by_visible_devices(ctx: Context) -> str:
