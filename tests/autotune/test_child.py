@@ -26,6 +26,8 @@ model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Li
 optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
 if os.environ.get("NO_WRAPPERS"):
     sys.exit(0)
+if os.environ.get("LOADER_ONLY"):  # iterates, but without loop=: nothing to tune
+    sys.exit(sum(len(b[0]) for b in tuned_loader(dataset, batch_size=32)) != 200)
 loop = tuned_loop(model, optimizer)
 if os.environ.get("LOOP_ONLY"):
     sys.exit(0)
@@ -164,6 +166,8 @@ def test_a_short_script_ends_with_script_ended(tmp_path):
 @pytest.mark.parametrize(("env", "expected"), [
     ({"NO_WRAPPERS": "1"}, None),
     ({"LOOP_ONLY": "1"}, "the script never iterated a tuned_loader(..., loop=loop)"),
+    ({"LOADER_ONLY": "1"}, "the script called tuned_loader but never tuned_loop; autotune needs "
+                           "tuned_loader(..., loop=tuned_loop(model, optimizer))"),
 ])
 def test_wrappers_never_used(tmp_path, env, expected):
     process, events = run_child(tmp_path, [{"id": "baseline", "knobs": {}}], **env)

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import sys
+import math
 import textwrap
 import time
-from pathlib import Path
 
 import pytest
 
-from tuneup.autotune.runner import Runner, ScriptError, Trial
+from tuneup.autotune.runner import Runner, ScriptError, Trial, TrialResult
 from tuneup.settings import Knobs
 
 
@@ -141,3 +140,17 @@ def test_real_wrappers_error_in_the_users_step(tmp_path):
     assert runner.hardware.effective_batch == 32 and runner.hardware.dataset_size == 256
     assert len(results[0].check_losses) == 3 and results[0].step_time > 0
     assert runner.processes_started == 2
+
+
+def test_result_from_event_tolerates_junk_and_estimates_noise():
+    trial = Trial("t", Knobs())
+    result = TrialResult.from_event(trial, {"status": "ok", "step_s": None, "samples_per_s": "x",
+                                            "step_s_all": [0.1, "bad", -1, 0.1, 0.1, 0.1, 0.1, 0.1],
+                                            "check_losses": [2.3, None], "warmup_s": float("nan")})
+    assert result.ok and result.step_time == pytest.approx(0.1)
+    assert result.samples_per_s is None and result.warmup_s is None
+    assert result.check_losses[0] == 2.3 and math.isnan(result.check_losses[1])
+    assert result.noise == pytest.approx(0.005)  # identical blocks: the floor
+    bursty = TrialResult(trial, "ok", step_s_all=[0.05, 0.15] * 6)  # queue fills and empties
+    assert bursty.step_time == pytest.approx(0.1)
+    assert TrialResult.from_event(trial, {"status": "error"}).ok is False

@@ -203,3 +203,35 @@ def test_helpers():
     assert describe(Knobs()) == "defaults"
     assert loss_drift([2.3, 2.2], [2.3, 2.2]) == 0
     assert loss_drift(None, [2.3]) == math.inf
+
+
+def noisy_then_clean(gain_step: float) -> Callable[[Knobs], dict]:
+    """bf16 measured first in a disturbed window, then cleanly at ``gain_step`` s per step."""
+    calls = {"amp": 0}
+
+    def timing(knobs: Knobs) -> dict:
+        if knobs.amp_dtype is None:
+            return record(0.1)
+        calls["amp"] += 1
+        if calls["amp"] == 1:
+            data = record(0.09)
+            return {**data, "step_s_all": [0.06] * 3 + [0.12] * 3 + [0.09] * 3}
+        return record(gain_step)
+
+    return timing
+
+
+def test_uncertain_candidate_is_rerun_interleaved_and_kept_when_it_holds():
+    tuner, recorded = search(noisy_then_clean(0.09), Options(groups=frozenset({"amp"})))
+    outcome = tuner.run()
+    rerun = recorded.plans[2]
+    assert [trial_id.split(" #")[0] for trial_id in rerun] == ["defaults", "amp=bfloat16"] * 2
+    assert outcome.knobs.amp_dtype == "bfloat16"
+
+
+def test_uncertain_candidate_dropped_when_the_rerun_shows_no_gain():
+    tuner, recorded = search(noisy_then_clean(0.099), Options(groups=frozenset({"amp"})))
+    outcome = tuner.run()
+    assert len(recorded.plans[2]) == 4
+    assert outcome.knobs.amp_dtype is None
+    assert any("no gain beyond noise" in r.reason for r in outcome.rejected)

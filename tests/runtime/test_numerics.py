@@ -83,13 +83,26 @@ def token_batches(pad: int = -100):
     generator = torch.Generator().manual_seed(3)
     tokens = torch.randn(12, 5, 4, generator=generator)
     labels = torch.randint(0, 3, (12, 5), generator=generator)
-    lengths = torch.tensor([5, 1, 2, 5, 3, 1, 4, 5, 2, 1, 1, 5])
+    lengths = torch.tensor([5, 1, 2, 5, 3, 1, 4, 5, 2, 1, 0, 0])  # the last micro-batch: none
     labels[torch.arange(5)[None, :] >= lengths[:, None]] = pad
     return torch.utils.data.TensorDataset(tokens, labels)
 
 
-def token_loss(model, x, y):
-    return F.cross_entropy(model(x).flatten(0, 1), y.flatten(), ignore_index=-100)
+def token_loss(model, x, y, reduction="mean"):
+    return F.cross_entropy(model(x).flatten(0, 1), y.flatten(), ignore_index=-100,
+                           reduction=reduction)
+
+
+def test_token_level_loss_without_accumulation_is_the_mean(write_settings):
+    torch.manual_seed(0)
+    plain, tuned = torch.nn.Linear(4, 3), torch.nn.Linear(4, 3)
+    tuned.load_state_dict(plain.state_dict())
+    x, y = token_batches().tensors
+    token_loss(plain, x, y).backward()
+    torch.optim.SGD(plain.parameters(), lr=1.0).step()
+    loop = tuned_loop(tuned, torch.optim.SGD(tuned.parameters(), lr=1.0))
+    loop.backward(token_loss(tuned, x, y, reduction="sum"), num_items=int((y != -100).sum()))
+    assert_close_parameters(parameters(tuned), parameters(plain))
 
 
 def test_token_level_loss_with_num_items(write_settings):
@@ -103,14 +116,26 @@ def test_token_level_loss_with_num_items(write_settings):
     token_loss(plain, x, y).backward()  # mean over all 12 sequences' real tokens
     plain_optimizer.step()
 
-    write_settings(micro_batch_size=5)  # 5 + 5 + 2 sequences, very different token counts
+    write_settings(micro_batch_size=5)  # 5 + 5 + 2 sequences: 21, 8 and 0 tokens
     loop = tuned_loop(tuned, torch.optim.SGD(tuned.parameters(), lr=1.0))
     for x, y in tuned_loader(dataset, batch_size=12, loop=loop):
         with loop.step():
-            loss = token_loss(loop.model, x, y)
-        loop.backward(loss, num_items=(y != -100).sum())
+            loss_sum = token_loss(loop.model, x, y, reduction="sum")
+        loop.backward(loss_sum, num_items=(y != -100).sum())
     assert loop.stats().steps == 1
     assert_close_parameters(parameters(tuned), parameters(plain))
+
+
+def test_num_items_on_some_micro_steps_only_is_refused(write_settings):
+    write_settings(micro_batch_size=5)
+    model = torch.nn.Linear(4, 3)
+    loop = tuned_loop(model, torch.optim.SGD(model.parameters(), lr=1.0))
+    batches = iter(tuned_loader(token_batches(), batch_size=12, loop=loop))
+    x, y = next(batches)
+    loop.backward(token_loss(model, x, y, reduction="sum"), num_items=(y != -100).sum())
+    x, y = next(batches)
+    with pytest.raises(ValueError, match="pass num_items to every loop.backward"):
+        loop.backward(token_loss(model, x, y))
 
 
 def test_clipping_matches_plain_clip(write_settings):

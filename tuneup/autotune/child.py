@@ -99,7 +99,12 @@ class Driver:
 
     def __init__(self, plan: Plan) -> None:
         self.plan = plan
-        self.out = open(plan.results, "a", encoding="utf-8")  # noqa: SIM115 (lives with the process)
+        try:
+            self.out = open(plan.results, "a", encoding="utf-8")  # noqa: SIM115 (process-long)
+        except OSError as exc:
+            print(f"tuneup: cannot write probe results: {apply.one_line(exc)}", file=sys.stderr,
+                  flush=True)
+            os._exit(EXIT_BAD_PLAN)
         self.defaults = apply.process_defaults()
         self.loop: TunedLoop | None = None
         self.loader: TunedLoader | None = None
@@ -110,7 +115,8 @@ class Driver:
         self.step_loss: Any = 0.0
         self.step_weight: Any = 0
         self.finished = False
-        self.exit_message: str | None = None
+        self.exit_reason = "script-ended"
+        self.discontinuity = True  # the next step spans something that is not training
         self.index = 0
         self.generation = 0  # bumped whenever the batch source must be reopened
         self.process_steps = 0
@@ -125,12 +131,9 @@ class Driver:
         if self.loop is None:
             self.loop = loop
 
-    def guard(self, context: ContextManager[Any]) -> ContextManager[Any]:
-        """``context``, turning any exception of the user's step into a failed trial."""
-        return self._guarded(context)
-
     @contextlib.contextmanager
-    def _guarded(self, context: ContextManager[Any]) -> Iterator[None]:
+    def guard(self, context: ContextManager[Any]) -> Iterator[None]:
+        """``context``, turning any exception of the user's step into a failed trial."""
         try:
             with context:
                 yield
@@ -143,12 +146,13 @@ class Driver:
         except Exception as exc:
             self.fail(exc)
 
-    def record_loss(self, loss: torch.Tensor, weight: Any) -> None:
-        """Called by the loop for every micro-step's loss, with its weight in the step."""
-        detached = loss.detach()
+    def record_loss(self, contribution: torch.Tensor, weight: Any) -> None:
+        """Called by the loop for every micro-step: the loss it backpropagates and its weight
+        (share of samples, or item count); a step's loss = sum of these / sum of weights."""
+        detached = contribution.detach()
         self.finite = self.finite & torch.isfinite(detached).all()
         if self.phase == "check":
-            self.step_loss = self.step_loss + detached.float() * weight
+            self.step_loss = self.step_loss + detached.float()
             self.step_weight = self.step_weight + weight
 
     def optimizer_stepped(self) -> None:
@@ -195,6 +199,9 @@ class Driver:
         self.started = True
         self.phase = "warmup"
         self._hello()
+        if not self.plan.trials:
+            self.emit({"event": "done"})
+            self._exit(EXIT_DONE)
         self._load_reference()
         self._start_trial()
 
@@ -218,7 +225,7 @@ class Driver:
         if not path.exists():
             loop = self.loop
             batches = []
-            if self.plan.check_steps and any(t.get("check") for t in self.plan.trials):
+            if self.plan.check_steps:
                 plain = torch.utils.data.DataLoader(
                     self.loader.dataset, **self.loader.dataloader_kwargs(Knobs()))
                 batches = [batch for batch, _ in zip(plain, range(self.plan.check_steps))]
@@ -304,7 +311,7 @@ class Driver:
         return time.perf_counter()
 
     def _finish_measure(self) -> None:
-        if self.plan.trials[self.index].get("check") and self.plan.check_steps:
+        if self.plan.trials[self.index].get("check") and self.reference["batches"]:
             self._restore()
             torch.manual_seed(0)  # the same dropout masks in every trial's check
             self.phase = "check"
@@ -356,18 +363,20 @@ class Driver:
     def _excepthook(self, kind: type[BaseException], exc: BaseException, tb: Any) -> None:
         if not self.finished and isinstance(exc, Exception):
             self._record_failure(exc)
+        elif isinstance(exc, KeyboardInterrupt):
+            self.exit_reason = "interrupted"
         self._previous_excepthook(kind, exc, tb)
 
     def _at_exit(self) -> None:
         if self.finished:
             return
         event: dict[str, Any] = {
-            "event": "exit", "reason": "script-ended", "steps": self.process_steps,
+            "event": "exit", "reason": self.exit_reason, "steps": self.process_steps,
             "trial": self.plan.trials[self.index]["id"] if self.trial_running else None,
         }
         if not self.started:
             event["message"] = self._not_started_reason()
-        elif self.trial_running:
+        elif self.trial_running and self.exit_reason == "script-ended":
             event["message"] = (f"the script's loop ended after {self.process_steps} steps, before "
                                 f"trial {event['trial']} finished; give it more steps")
         self.emit(event)

@@ -14,7 +14,6 @@ from rich.text import Text
 from tuneup.autotune.runner import Trial, TrialResult
 from tuneup.autotune.search import Outcome
 from tuneup.autotune.space import default_value
-from tuneup.settings import Knobs
 
 
 class Progress:
@@ -144,7 +143,3 @@ def _show(value: Any) -> str:
     if isinstance(value, bool):
         return "on" if value else "off"
     return str(value)
-
-
-def settings_changed(knobs: Knobs) -> bool:
-    return any(v is not None for v in knobs.to_dict().values())

@@ -30,6 +30,9 @@ PROTOCOL = 1
 POLL_S = 0.05
 MEMORY_POLL_S = 0.25
 STDERR_TAIL_LINES = 12
+# Measurement window of every trial (plan keys of docs/probe-protocol.md).
+PLAN_DEFAULTS = {"warmup_steps": 2, "measure_steps": 9, "min_measure_seconds": 1.5,
+                 "max_measure_steps": 60, "check_steps": 3}
 
 # Statuses a trial can end with. The first four come from the child.
 OK, OOM, ERROR, NONFINITE = "ok", "oom", "error", "nonfinite"
@@ -93,30 +96,29 @@ class TrialResult:
         return self.status == OK and self.step_time is not None
 
     @property
-    def steady_steps(self) -> list[float]:
-        """Step times without interference spikes (far above the median; they only slow)."""
-        times = self.step_s_all
-        if len(times) < 3:
-            return times
-        median = statistics.median(times)
-        spread = 1.4826 * statistics.median(abs(t - median) for t in times)
-        return [t for t in times if t <= median + 4 * spread] if spread > 0 else times
-
-    @property
     def step_time(self) -> float | None:
-        """Mean optimizer-step time over the steady steps (bursty loaders average out)."""
-        steps = self.steady_steps
-        if len(steps) >= 3:
-            return statistics.fmean(steps)
-        return self.step_s if self.step_s is not None else (statistics.fmean(steps) if steps else None)
+        """Mean optimizer-step time over the measured window.
+
+        The whole window counts: a loader's queue fills while the model is slow and empties
+        in a burst of fast steps, so any selection of "good" steps would flatter it.
+        """
+        if self.step_s is not None:
+            return self.step_s
+        return statistics.fmean(self.step_s_all) if self.step_s_all else None
 
     @property
     def noise(self) -> float:
-        """Relative standard error of :attr:`step_time`, from the spread of the step times."""
-        steps = self.steady_steps
-        if len(steps) < 3:
+        """Relative standard error of :attr:`step_time`, from block means of the steps.
+
+        Blocks (2 x workers steps, at least 3) absorb a loader's bursts and stretches of
+        interference that slow neighbouring steps together.
+        """
+        size = max(3, 2 * (self.trial.knobs.num_workers or 0))
+        times = self.step_s_all
+        means = [statistics.fmean(times[i:i + size]) for i in range(0, len(times) - size + 1, size)]
+        if len(means) < 2:
             return 0.05
-        return statistics.stdev(steps) / statistics.fmean(steps) / math.sqrt(len(steps))
+        return max(0.005, statistics.stdev(means) / statistics.fmean(means) / math.sqrt(len(means)))
 
 
 def _is_number(value: Any) -> bool:
@@ -216,8 +218,7 @@ class Runner:
         self.timeout = timeout
         self.startup_timeout = startup_timeout
         self.max_memory_bytes = max_memory_bytes
-        self.plan = {"warmup_steps": 2, "measure_steps": 6, "min_measure_seconds": 1.0,
-                     "max_measure_steps": 50, "check_steps": 3, **(plan or {})}
+        self.plan = {**PLAN_DEFAULTS, **(plan or {})}
         self.on_trial_start = on_trial_start
         self.on_trial_end = on_trial_end
         self.hardware: Hardware | None = None

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from tuneup.autotune import space
-from tuneup.autotune.runner import BUDGET, OK, SKIPPED, Trial, TrialResult
+from tuneup.autotune.runner import BUDGET, OK, PLAN_DEFAULTS, SKIPPED, Trial, TrialResult
 from tuneup.autotune.space import CUDA_GRAPH_MODES, GROUPS, Hardware
 from tuneup.settings import Knobs
 
@@ -157,7 +157,7 @@ class Search:
         return self.speed(candidate) > self.speed(reference) * (1 + self.margin(candidate, reference))
 
     def within_noise(self, a: TrialResult, b: TrialResult) -> bool:
-        return abs(self.speed(a) / self.speed(b) - 1) <= self.margin(a, b)
+        return not self.better(a, b) and not self.better(b, a)
 
     def trial(self, knobs: Knobs, check: bool = False) -> Trial:
         label = describe(knobs)
@@ -176,7 +176,8 @@ class Search:
         base = self.baseline
         step = base.step_time if base and base.step_time else 0.5
         warmup = base.warmup_s if base and base.warmup_s is not None else 2 * step
-        return warmup + max(1.0, 6 * step) + 4 * step + 0.5
+        window = max(PLAN_DEFAULTS["min_measure_seconds"], PLAN_DEFAULTS["measure_steps"] * step)
+        return warmup + window + (PLAN_DEFAULTS["check_steps"] + 1) * step + 0.5
 
     def timeout(self, trial: Trial) -> float:
         """Per-trial timeout for the runner: generous, and longer for compile trials."""
@@ -189,8 +190,8 @@ class Search:
         return self.executor.startup_s or DEFAULT_STARTUP_S
 
     def affordable(self, trials: int, extra_s: float = 0.0) -> int:
-        """How many of ``trials`` fit in the budget after the confirmation reserve."""
-        reserve = self.startup_seconds() + 4 * self.trial_seconds()
+        """How many of ``trials`` fit in the budget after a reserve for one confirmation round."""
+        reserve = self.startup_seconds() + 2 * self.trial_seconds()
         left = self.executor.time_left() - reserve - self.startup_seconds() - extra_s
         return max(0, min(trials, int(left // self.trial_seconds())))
 
@@ -235,21 +236,47 @@ class Search:
 
     def choose(self, reference: TrialResult, candidates: list[TrialResult], stage: str
                ) -> TrialResult:
-        """The fastest acceptable result beyond noise of ``reference``; ties go to the simpler."""
-        pool = [reference]
-        for result in candidates:
-            if result.status in (SKIPPED, BUDGET) or not self.acceptable(result):
-                continue
-            if self.better(result, reference):
-                pool.append(result)
-            else:
+        """The fastest acceptable result beyond noise of ``reference``; ties go to the simpler.
+
+        The best candidate that looks faster but not beyond noise is re-run interleaved
+        with the reference before it is given up.
+        """
+        accepted = [r for r in candidates
+                    if r.status not in (SKIPPED, BUDGET) and self.acceptable(r)]
+        winners = [r for r in accepted if self.better(r, reference)]
+        promising = [r for r in accepted if r not in winners
+                     and self.speed(r) > self.speed(reference) * (1 + self.options.min_gain)
+                     and all(self.speed(r) > self.speed(w) for w in winners)]
+        if promising:
+            rerun = self.rerun(reference, max(promising, key=self.speed))
+            if rerun is not None:
+                reference, candidate = rerun
+                accepted = [candidate if _key(r.trial.knobs) == _key(candidate.trial.knobs) else r
+                            for r in accepted]
+                winners = [w for w in accepted if self.better(w, reference)]
+        for result in accepted:
+            if not any(_key(w.trial.knobs) == _key(result.trial.knobs) for w in winners):
                 gain = self.speed(result) / self.speed(reference) - 1
                 self.reject(result, f"no gain beyond noise ({gain:+.1%})")
+        pool = [reference, *winners]
         best = max(pool, key=self.speed)
         near = [r for r in pool if r is best or self.within_noise(r, best)]
         chosen = min(near, key=lambda r: (complexity(r.trial.knobs), -self.speed(r)))
         self.adopt(chosen, reference, stage)
         return chosen
+
+    def rerun(self, reference: TrialResult, candidate: TrialResult
+              ) -> tuple[TrialResult, TrialResult] | None:
+        """Interleaved re-runs (R C R C) of an uncertain candidate; both pooled, or None."""
+        if self.affordable(4) < 4:
+            return None
+        knobs = (reference.trial.knobs, candidate.trial.knobs)
+        results = self.measure([self.trial(k) for _ in range(2) for k in knobs])
+        again_reference = pool([reference, *results[0::2]])
+        again_candidate = pool([candidate, *results[1::2]])
+        if again_reference is None or again_candidate is None:
+            return None
+        return again_reference, again_candidate
 
     def adopt(self, chosen: TrialResult, reference: TrialResult, stage: str) -> None:
         """Make ``chosen`` the incumbent; ``reference`` is the old one measured beside it."""
@@ -317,11 +344,11 @@ class Search:
         """
         if not trials:
             return None
-        repeat = stop is None
-        fits = self.affordable(len(trials) + 1 + repeat)
-        if fits < 2 + repeat:
+        fits = self.affordable(len(trials) + 2)
+        if fits < 2:
             self.notes.append(f"{stage}: skipped, budget too small")
             return None
+        repeat = stop is None and fits >= 3
         plan = [self.trial(self.incumbent)] + trials[:fits - 1 - repeat]
         results = self.measure(plan + [self.trial(self.incumbent)] * repeat, stop)
         reference = pool(results[:1] + results[len(plan):])
@@ -501,6 +528,11 @@ class Search:
 
 
 def pool(results: list[TrialResult]) -> TrialResult | None:
-    """One result from re-runs of the same knobs: the fastest (interference only slows)."""
+    """One result from re-runs of the same knobs: the fastest window, counting its noise.
+
+    Interference on a shared machine only ever slows a window down, so the fastest run is
+    the closest to the machine's own speed. "Fastest" is judged by the upper end of each
+    run's step time (mean + 2 standard errors): a clean run beats an erratic one.
+    """
     ok = [r for r in results if r.ok]
-    return min(ok, key=lambda r: r.step_time or math.inf) if ok else None
+    return min(ok, key=lambda r: (r.step_time or math.inf) * (1 + 2 * r.noise)) if ok else None

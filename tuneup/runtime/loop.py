@@ -34,6 +34,7 @@ class TunedLoop:
         self._boundary = True
         self._split = False
         self._items: Any = 0  # num_items summed over the current effective batch
+        self._counting: bool | None = None  # whether the current effective batch passes them
         self.configure(knobs)
 
     def configure(self, knobs: Knobs) -> None:
@@ -46,7 +47,7 @@ class TunedLoop:
         self._model = (apply.compile_model(self.eager_model, knobs.compile_mode, strict)
                        if knobs.compile_mode else self.eager_model)
         apply.apply_process_knobs(knobs)
-        self._items = 0
+        self._items, self._counting = 0, None
 
     @property
     def model(self) -> torch.nn.Module:
@@ -63,11 +64,10 @@ class TunedLoop:
                  max_grad_norm: float | None = None) -> None:
         """Backward for one micro-batch; at the end of the effective batch, the optimizer step.
 
-        ``loss`` is a mean over this micro-batch's samples (what most losses return). For a
-        mean over something else (tokens without padding, ...) pass ``num_items``, how many
-        items this micro-batch's ``loss`` averages: the gradient then is that of the mean
-        over all items of the effective batch. ``max_grad_norm`` clips the gradient's norm
-        before the optimizer step.
+        ``loss`` is a mean over this micro-batch's samples (what most losses return).
+        For token-level losses pass the *sum* over this micro-batch's items as ``loss`` and
+        their count as ``num_items``: the gradient then is that of the mean over all items
+        of the effective batch. ``max_grad_norm`` clips the gradient's norm before the step.
         """
         if self._probe is None:
             self._backward(loss, num_items, max_grad_norm)
@@ -75,22 +75,27 @@ class TunedLoop:
             self._probe.run(self._backward, loss, num_items, max_grad_norm)
 
     def _backward(self, loss: torch.Tensor, num_items: Any, max_grad_norm: float | None) -> None:
+        counting = num_items is not None
+        if self._counting is None:
+            self._counting = counting
+        elif counting != self._counting:
+            raise ValueError("pass num_items to every loop.backward() of an effective batch "
+                             "or to none of them")
+        if counting:
+            self._items = self._items + num_items
+        elif self._split:
+            loss = loss * self._share
         if self._probe is not None:
-            self._probe.record_loss(loss, self._share if num_items is None else num_items)
-        if self._split:
-            if num_items is None:
-                loss = loss * self._share
-            else:
-                loss = loss * num_items
-                self._items = self._items + num_items
+            self._probe.record_loss(loss, num_items if counting else self._share)
         (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
         self.stepped = self._boundary
         if self._boundary:
             self._optimizer_step(max_grad_norm)
 
     def _optimizer_step(self, max_grad_norm: float | None) -> None:
-        items, self._items = self._items, 0
-        if not isinstance(items, int) or items:  # num_items was given: mean over all items
+        counting, items = self._counting, self._items
+        self._counting, self._items = None, 0
+        if counting:  # the loss was a sum over items: make it their mean
             grads = [p.grad for p in self._parameters() if p.grad is not None]
             if grads:
                 torch._foreach_div_(grads, items)

@@ -1,0 +1,34 @@
+"""`tuneup autotune` on the real example script, the real wrappers and the real child."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from tuneup.cli import main
+from tuneup.settings import read
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "train_mlp.py"
+
+
+@pytest.mark.slow
+def test_autotune_the_mlp_example(tmp_path):
+    output = tmp_path / "train_mlp.settings"
+    result = CliRunner().invoke(main, [
+        "autotune", str(EXAMPLE), "--budget", "40", "--skip", "compile", "--format", "json",
+        "--output", str(output), "--", "--steps", "100000", "--dataset-size", "2048"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    trials = {t["id"]: t for t in summary["trials"]}
+    assert trials["defaults"]["status"] == "ok" and trials["defaults"]["step_s"] > 0
+    assert "amp=bfloat16" in trials  # the first stage of a compute-bound script
+    assert trials["amp=bfloat16"]["status"] == "ok"
+    assert summary["device"] == "cpu" and summary["effective_batch"] == 256
+    assert summary["elapsed_s"] <= 40 + 15
+    settings = read(output)
+    assert settings.knobs.compile_mode is None
+    assert settings.measured.effective_batch_size == 256
+    assert settings.measured.baseline_samples_per_s == pytest.approx(summary["baseline_samples_per_s"])
