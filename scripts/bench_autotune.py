@@ -106,7 +106,8 @@ def run_autotune(script: Path, budget: float, settings: Path, quick: bool) -> fl
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": tempfile.mkdtemp(prefix="bench-inductor-")}
     skip = ["--skip", "batch,threads"] if quick else []  # the quick grid has neither
     command = [sys.executable, "-c", "from tuneup.cli import main; main()", "autotune", str(script),
-               "--budget", f"{budget:.0f}", *skip, "--output", str(settings), "--", "--steps", "1000000"]
+               "--budget", f"{budget:.0f}", *skip, "--output", str(settings),
+               "--", "--steps", "1000000"]
     started = time.perf_counter()
     completed = subprocess.run(command, env=env, capture_output=True, text=True)
     elapsed = time.perf_counter() - started
@@ -163,7 +164,8 @@ def bench(name: str, quick: bool, measure_s: float, budget_share: float, min_bud
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="smaller grid (amp x compile x workers 0/2)")
+    parser.add_argument("--quick", action="store_true",
+                        help="smaller grid (amp x compile x workers 0/2)")
     parser.add_argument("--measure-seconds", type=float, default=2.5)
     parser.add_argument("--budget-share", type=float, default=0.22,
                         help="autotune budget as a share of the grid's wall time (default 0.22)")
@@ -178,8 +180,8 @@ def main() -> None:
                for name in args.workloads.split(",")]
     print("\nworkload        tuned/grid-best  autotune/grid time  speedup vs defaults")
     for r in results:
-        print(f"{r['workload']:15s} {r['tuned_over_grid_best']:15.3f} {r['autotune_over_grid_time']:19.3f}"
-              f" {r['speedup_over_defaults']:19.2f}x")
+        print(f"{r['workload']:15s} {r['tuned_over_grid_best']:15.3f} "
+              f"{r['autotune_over_grid_time']:19.3f} {r['speedup_over_defaults']:19.2f}x")
     print("targets: tuned/grid-best >= 0.95, autotune/grid time <= 0.25")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))

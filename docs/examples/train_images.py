@@ -84,7 +84,8 @@ class CompressedImages(Dataset):
         crop = np.clip(crop * float(torch.empty(()).uniform_(0.8, 1.2)), 0, 255)
         mean, std = crop.mean(axis=(1, 2), keepdims=True), crop.std(axis=(1, 2), keepdims=True)
         image = (crop - mean) / (std + 1e-3)
-        return torch.from_numpy(np.ascontiguousarray(image, dtype=np.float32)), int(self.labels[index])
+        pixels = torch.from_numpy(np.ascontiguousarray(image, dtype=np.float32))
+        return pixels, int(self.labels[index])
 
 
 def make_dataset(size: int = 2048, seed: int = 0) -> CompressedImages:

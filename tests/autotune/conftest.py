@@ -20,9 +20,9 @@ FAKE_CHILD = textwrap.dedent('''
     emit(dict(HELLO, event="hello", pid=os.getpid()))
     for n, trial in enumerate(plan["trials"]):
         what = BEHAVIOUR.get(trial["id"], "ok")
-        if BEHAVIOUR.get("*") == "short" and n > 0:  # the script's own loop ends early
-            emit({{"event": "exit", "reason": "script-ended"}}); sys.exit(0)
         emit({{"event": "trial_start", "id": trial["id"], "t": time.time()}})
+        if BEHAVIOUR.get("*") == "short" and n > 0:  # the script's own loop ends mid-trial
+            emit({{"event": "exit", "reason": "script-ended", "trial": trial["id"]}}); sys.exit(0)
         if what == "crash":
             print("Fatal Python error: Segmentation fault", file=sys.stderr, flush=True)
             os.kill(os.getpid(), signal.SIGKILL)

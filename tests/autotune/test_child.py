@@ -31,7 +31,8 @@ if os.environ.get("LOADER_ONLY"):  # iterates, but without loop=: nothing to tun
 loop = tuned_loop(model, optimizer)
 if os.environ.get("LOOP_ONLY"):
     sys.exit(0)
-loader = tuned_loader(dataset, batch_size=32, shuffle=True, loop=loop)
+batch_size = int(os.environ.get("BATCH_SIZE", "32"))
+loader = tuned_loader(dataset, batch_size=batch_size, shuffle=True, drop_last=True, loop=loop)
 max_steps = int(os.environ.get("MAX_STEPS", "1000000"))
 oom_above = int(os.environ.get("OOM_ABOVE", "1000000"))
 steps = 0
@@ -177,6 +178,12 @@ def test_wrappers_never_used(tmp_path, env, expected):
     else:
         assert events == [{"event": "exit", "reason": "script-ended", "steps": 0, "trial": None,
                            "message": expected}]
+
+
+def test_a_loader_without_batches_is_an_error_not_a_hang(tmp_path):
+    process, events = run_child(tmp_path, [{"id": "baseline", "knobs": {}}], BATCH_SIZE="256")
+    assert process.returncode == 3
+    assert "yields no batch" in ends(events)["baseline"]["message"]
 
 
 def test_a_bad_plan_exits_2(tmp_path):

@@ -24,6 +24,8 @@ def invoke(*args: str):
     (["{script}", "--max-memory", "lots"], "--max-memory takes a size"),
     (["{script}", "--expected-steps", "0"], "--expected-steps must be a positive"),
     (["{script}", "--steps", "3"], "pass the script's own arguments after --"),
+    (["{script}", "--budget", "nan"], "--budget must be at least 10 seconds"),
+    (["{script}", "--output", "{script}/x.json"], "cannot write settings into"),
 ])
 def test_bad_arguments_one_line_exit_2(fake_script, args, message):
     script = fake_script()

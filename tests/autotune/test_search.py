@@ -235,3 +235,29 @@ def test_uncertain_candidate_dropped_when_the_rerun_shows_no_gain():
     assert len(recorded.plans[2]) == 4
     assert outcome.knobs.amp_dtype is None
     assert any("no gain beyond noise" in r.reason for r in outcome.rejected)
+
+
+CUDA = Hardware(device="cuda", effective_batch=256, dataset_size=8192,
+                amp_dtypes=("bfloat16", "float16"), compile_available=True, cpu_threads=16,
+                usable_cores=16)
+
+
+def test_cuda_run_tries_its_own_knobs_and_never_threads():
+    tuner, recorded = search(compute_bound, hardware=CUDA, budget=600)
+    outcome = tuner.run()
+    tried = {k for t in recorded.ran for k, v in t.knobs.to_dict().items() if v is not None}
+    assert {"amp_dtype", "float32_matmul_precision", "cudnn_benchmark", "compile_mode"} <= tried
+    assert "cpu_threads" not in tried
+    modes = {t.knobs.compile_mode for t in recorded.ran if t.knobs.compile_mode}
+    assert modes == {"default", "reduce-overhead"}
+    assert {t.knobs.amp_dtype for t in recorded.ran} >= {"bfloat16", "float16"}
+    assert outcome.knobs.compile_mode is not None
+
+
+def test_cuda_graphs_with_accumulation_need_the_loss_check():
+    tuner = Search(Recorded(compute_bound, hardware=CUDA))
+    tuner.hw = CUDA
+    knobs = Knobs(micro_batch_size=64, compile_mode="reduce-overhead")
+    unchecked = TrialResult.from_event(Trial("graphs", knobs, check=False), record(0.05))
+    assert not tuner.acceptable(unchecked)
+    assert tuner.rejected[-1].reason == "CUDA graphs with accumulation need the loss check"

@@ -101,7 +101,7 @@ def test_another_machine_keeps_only_safe_knobs(write_settings, monkeypatch):
                                            r"applying only pin_memory, persistent_workers") as caught:
         knobs = apply.settings_knobs()
         apply.settings_knobs()  # loaded once: no second warning
-    assert len(caught) == 1
+    assert len(caught) == 1 and caught[0].filename == __file__  # points at the user's line
     safe = set(fingerprint.SAFE_ACROSS_MACHINES)
     assert {k for k, v in knobs.to_dict().items() if v is not None} <= safe
     assert knobs.micro_batch_size is None and knobs.amp_dtype is None

@@ -165,7 +165,7 @@ class Driver:
     def iterate(self, loader: TunedLoader) -> Iterator[Any]:
         """The loop-linked loader's batches, while the plan's trials run on them."""
         if self.loader is not None and loader is not self.loader:
-            yield from loader._iterate(loader.dataloader)  # a second loader (validation)
+            yield from loader._iterate()  # a second loader (validation): plain
             return
         self.loader = loader
         try:
@@ -174,14 +174,18 @@ class Driver:
             self.discontinuity = True  # the first step of this iteration spans the user's gap
             while True:
                 generation = self.generation
-                source = self._open_source()
+                source, fresh = self._open_source(), True
                 while generation == self.generation:
                     requested = time.perf_counter()
                     batch = next(source, _END)
                     if batch is _END:  # the dataset ran out: start it again
-                        source = self._open_source()
+                        if fresh:
+                            raise RuntimeError("the loader yields no batch (a dataset smaller "
+                                               "than batch_size with drop_last=True?)")
+                        source, fresh = self._open_source(), True
                         self.discontinuity = True
                         continue
+                    fresh = False
                     wait = time.perf_counter() - requested
                     samples = loader.samples_in(batch)
                     yield from loader.micro_batches(batch, loader.micro_batch_size)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import datetime
 import json
+import math
+import os
 import re
 import time
 from pathlib import Path
@@ -22,7 +24,8 @@ from tuneup.settings import Measurement, Settings, default_path, save
 DEFAULT_BUDGET_S = 300.0
 MIN_BUDGET_S = 10.0
 UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "kib": 2**10, "m": 10**6, "mb": 10**6,
-         "mib": 2**20, "g": 10**9, "gb": 10**9, "gib": 2**30, "t": 10**12, "tb": 10**12, "tib": 2**40}
+         "mib": 2**20, "g": 10**9, "gb": 10**9, "gib": 2**30, "t": 10**12, "tb": 10**12,
+         "tib": 2**40}
 
 
 class OneLineErrors(click.Command):
@@ -97,7 +100,7 @@ def autotune(ctx: click.Context, script: Path, script_args: tuple[str, ...], bud
     """
     if not script.is_file():
         fail(ctx, f"no such script: {script}")
-    if budget < MIN_BUDGET_S:
+    if not math.isfinite(budget) or budget < MIN_BUDGET_S:
         fail(ctx, f"--budget must be at least {MIN_BUDGET_S:.0f} seconds (got {budget:g})")
     if expected_steps < 1:
         fail(ctx, f"--expected-steps must be a positive number of steps (got {expected_steps})")
@@ -110,6 +113,8 @@ def autotune(ctx: click.Context, script: Path, script_args: tuple[str, ...], bud
     options = Options(groups=parse_groups(ctx, only, skip), expected_steps=expected_steps,
                       max_memory_bytes=memory)
     output = output or default_path(script)
+    if not writable_dir(output.parent):
+        fail(ctx, f"cannot write settings into {output.parent} (choose another --output)")
     try:
         result = tune(script, list(script_args), options, budget, output, output_format)
     except KeyboardInterrupt:
@@ -118,18 +123,31 @@ def autotune(ctx: click.Context, script: Path, script_args: tuple[str, ...], bud
     except (ScriptError, SearchError) as exc:
         click.echo(f"tuneup autotune: {exc}", err=True)
         ctx.exit(1)
+    except OSError as exc:
+        click.echo(f"tuneup autotune: cannot write {output}: {exc.strerror or exc}", err=True)
+        ctx.exit(1)
     if output_format == "json":
         click.echo(json.dumps(result, indent=2))
+
+
+def writable_dir(folder: Path) -> bool:
+    """True when ``folder`` (or the nearest existing parent that would hold it) is writable."""
+    folder = folder.resolve()
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    return folder.is_dir() and os.access(folder, os.W_OK)
 
 
 def tune(script: Path, script_args: list[str], options: Options, budget: float, output: Path,
          output_format: str) -> dict[str, Any]:
     """Run the search, write the settings, show the result; returns the JSON summary."""
+    busy = busy_note()
     started = time.monotonic()
     err = Console(stderr=True)
     with Runner(script, script_args, deadline=started + budget,
                 max_memory_bytes=options.max_memory_bytes) as runner:
-        progress = Progress(err, runner.time_left, quiet=output_format == "json" and not err.is_terminal)
+        quiet = output_format == "json" and not err.is_terminal
+        progress = Progress(err, runner.time_left, quiet=quiet)
         search = Search(runner, options, on_best=progress.best, on_stage=progress.stage)
         runner.timeout = search.timeout
         runner.on_trial_start = progress.trial_started
@@ -137,10 +155,23 @@ def tune(script: Path, script_args: list[str], options: Options, budget: float, 
         with progress:
             outcome = search.run()
     elapsed = time.monotonic() - started
+    if busy:
+        outcome.notes.append(busy)
     save(settings_for(outcome, script), output)
     if output_format == "text":
         print_table(Console(), outcome, output, elapsed)
     return to_json(outcome, script, output, elapsed, budget)
+
+
+def busy_note(threshold: float = 25.0) -> str | None:
+    """A warning when other processes keep the CPUs busy: timings will be noisy."""
+    import psutil
+
+    used = psutil.cpu_percent(interval=0.5)
+    if used < threshold:
+        return None
+    return (f"the machine was busy before tuning ({used:.0f}% CPU in use by other processes): "
+            "timings are noisy; tune again when it is idle")
 
 
 def settings_for(outcome: Outcome, script: Path) -> Settings:

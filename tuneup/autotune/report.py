@@ -17,9 +17,10 @@ from tuneup.autotune.space import default_value
 
 
 class Progress:
-    """Current stage and trial, best so far and time left; one line per trial off a terminal."""
+    """Current stage and trial, best so far and time left (live on a terminal); a line per trial."""
 
-    def __init__(self, console: Console, time_left: Callable[[], float], quiet: bool = False) -> None:
+    def __init__(self, console: Console, time_left: Callable[[], float],
+                 quiet: bool = False) -> None:
         self.console = console
         self.time_left = time_left
         self.quiet = quiet
@@ -49,7 +50,7 @@ class Progress:
         )
 
     def _line(self, text: str) -> None:
-        if self._live is None and not self.quiet:
+        if not self.quiet:  # above the live status line on a terminal
             self.console.print(text, highlight=False, markup=False)
 
     def stage(self, name: str) -> None:
@@ -119,18 +120,20 @@ def print_table(console: Console, outcome: Outcome, output: Path | None, elapsed
     table.add_column("default")
     table.add_column("chosen")
     for name, default, chosen in knob_rows(outcome):
-        changed = chosen != default
-        table.add_row(name, _show(default), Text(_show(chosen), style="bold green" if changed else ""))
+        style = "bold green" if chosen != default else ""
+        table.add_row(name, _show(default), Text(_show(chosen), style=style))
     console.print(table)
+    hw = outcome.hardware
     console.print(f"samples/s: defaults {outcome.baseline_samples_per_s:,.0f} -> tuned "
-                  f"{outcome.tuned_samples_per_s:,.0f}, speedup [bold]{outcome.speedup:.2f}x[/bold]",
-                  highlight=False)
-    console.print(f"({outcome.hardware.device}, effective batch {outcome.hardware.effective_batch}, "
+                  f"{outcome.tuned_samples_per_s:,.0f}, "
+                  f"speedup [bold]{outcome.speedup:.2f}x[/bold]", highlight=False)
+    console.print(f"({hw.device}, effective batch {hw.effective_batch}, "
                   f"{len(outcome.results)} trials in {elapsed_s:.0f} s)", highlight=False)
     if outcome.rejected:
         console.print("rejected:")
         for rejection in outcome.rejected:
-            console.print(f"  {rejection.trial_id}: {rejection.reason}", highlight=False, markup=False)
+            console.print(f"  {rejection.trial_id}: {rejection.reason}",
+                          highlight=False, markup=False)
     for note in outcome.notes:
         console.print(f"note: {note}", highlight=False, markup=False)
     if output:

@@ -74,7 +74,7 @@ class TrialResult:
     def from_event(cls, trial: Trial, event: dict[str, Any]) -> TrialResult:
         def number(key: str) -> float | None:
             value = event.get(key)
-            return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
+            return float(value) if _is_number(value) and math.isfinite(value) else None
 
         losses = event.get("check_losses")
         peak = event.get("peak_memory_bytes")
@@ -309,6 +309,7 @@ class Runner:
         current: Trial | None = None
         said_hello = False
         exit_message = ""  # the child's own account of an exit outside a trial
+        script_ended = False  # the script's own loop finished: restart, nothing failed
         last_event = last_memory_check = time.monotonic()
         try:
             while True:
@@ -326,8 +327,9 @@ class Runner:
                             self.startup_s = last_event - process.started
                         if self.on_trial_start:
                             self.on_trial_start(current)
-                    elif kind == "exit" and event.get("message"):
-                        exit_message = str(event["message"])
+                    elif kind == "exit":
+                        script_ended = event.get("reason") == "script-ended"
+                        exit_message = str(event.get("message") or "")
                     elif kind == "trial_end" and event.get("id") in by_id:
                         result = TrialResult.from_event(by_id[event["id"]], event)
                         finished.append(result)
@@ -353,7 +355,8 @@ class Runner:
                 if self.hardware is None:
                     raise ScriptError(self._never_called_message(process, exit_message))
                 return [self._crash(pending[0], process, exit_message)], False
-            if current is not None and not any(r.trial.id == current.id for r in finished):
+            unfinished = current is not None and all(r.trial.id != current.id for r in finished)
+            if unfinished and not script_ended:
                 finished.append(self._crash(current, process, exit_message))
             return finished, False
         finally:
@@ -378,8 +381,9 @@ class Runner:
         if self.max_memory_bytes and since_memory_check >= MEMORY_POLL_S:
             used = process_tree_rss(process.popen.pid)
             if used > self.max_memory_bytes:
-                return TrialResult(due, OOM, message=f"host memory {used / 2**30:.2f} GiB above "
-                                                     f"--max-memory {self.max_memory_bytes / 2**30:.2f} GiB")
+                cap = self.max_memory_bytes / 2**30
+            return TrialResult(due, OOM, message=f"host memory {used / 2**30:.2f} GiB above "
+                                                 f"--max-memory {cap:.2f} GiB")
         return None
 
     def _crash(self, trial: Trial, process: _Process, reason: str = "") -> TrialResult:

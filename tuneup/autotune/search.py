@@ -35,8 +35,9 @@ from tuneup.settings import Knobs
 INPUT_BOUND_SHARE = 0.3  # baseline data-wait share above which the loader goes first
 PREFETCH_WAIT_SHARE = 0.1  # data-wait share left that makes a deeper prefetch worth a trial
 PERSISTENT_STARTUP_SHARE = 0.01  # worker start-up per epoch worth keeping workers alive
-COMPILE_GUESS_S = 45.0  # compile-trial overhead assumed before one has been measured
+COMPILE_GUESS_S = 20.0  # compile-trial overhead assumed before one has been measured
 DEFAULT_STARTUP_S = 5.0
+MAX_CONFIRM_ROUNDS = 3
 # Weight of each knob in "simpler": fewer and lighter changes win ties.
 COMPLEXITY = {"compile_mode": 4, "amp_dtype": 3, "micro_batch_size": 3, "num_workers": 1,
               "cpu_threads": 1, "prefetch_factor": 1, "pin_memory": 1, "persistent_workers": 1,
@@ -154,7 +155,8 @@ class Search:
         return max(self.options.min_gain, 2 * math.hypot(a.noise, b.noise))
 
     def better(self, candidate: TrialResult, reference: TrialResult) -> bool:
-        return self.speed(candidate) > self.speed(reference) * (1 + self.margin(candidate, reference))
+        threshold = self.speed(reference) * (1 + self.margin(candidate, reference))
+        return self.speed(candidate) > threshold
 
     def within_noise(self, a: TrialResult, b: TrialResult) -> bool:
         return not self.better(a, b) and not self.better(b, a)
@@ -197,7 +199,8 @@ class Search:
 
     # ---- judging ------------------------------------------------------------------
 
-    def reject(self, result: TrialResult, reason: str, ban: tuple[str, object] | None = None) -> None:
+    def reject(self, result: TrialResult, reason: str,
+               ban: tuple[str, object] | None = None) -> None:
         self.rejected.append(Rejection(result.trial.id, reason))
         if ban:
             self.banned.add(ban)
@@ -415,7 +418,8 @@ class Search:
         extra = []
         if self.hw.on_cuda and self.incumbent.pin_memory is None:
             extra += self.candidates("pin_memory", [True])
-        if (reference.data_wait_share or 0) > PREFETCH_WAIT_SHARE and self.incumbent.prefetch_factor is None:
+        still_waiting = (reference.data_wait_share or 0) > PREFETCH_WAIT_SHARE
+        if still_waiting and self.incumbent.prefetch_factor is None:
             extra += self.candidates("prefetch_factor", [4])
         if extra:
             self.compare("loader", extra)
@@ -444,10 +448,12 @@ class Search:
     def stage_compile(self) -> None:
         if self.hw.on_cuda and self.incumbent.cudnn_benchmark is None:
             self.compare("compile", self.candidates("cudnn_benchmark", [True]))
-        for trial in self.candidates("compile_mode", list(space.compile_modes(self.hw)), check=True):
+        modes = list(space.compile_modes(self.hw))
+        for trial in self.candidates("compile_mode", modes, check=True):
             if self.affordable(2, extra_s=COMPILE_GUESS_S) < 2:
+                needed = COMPILE_GUESS_S + 2 * self.trial_seconds()
                 self.notes.append(f"compile: {trial.knobs.compile_mode} skipped, "
-                                  f"needs ~{COMPILE_GUESS_S + 2 * self.trial_seconds():.0f} s more budget")
+                                  f"needs ~{needed:.0f} s more budget")
                 continue
             reference, result = self.measure([self.trial(self.incumbent), trial])
             if reference.ok and self.acceptable(result) and self.amortised(reference, result):
@@ -490,7 +496,8 @@ class Search:
         self.on_stage("confirm")
         tuned, default = self.incumbent, Knobs()
         outcome = Outcome(self.hw, tuned, self.speed(self.baseline),
-                          self.speed(self.incumbent_result), self.results, self.rejected, self.notes)
+                          self.speed(self.incumbent_result), self.results, self.rejected,
+                          self.notes)
         if _key(tuned) == _key(default):
             outcome.tuned_samples_per_s = outcome.baseline_samples_per_s
             return outcome
@@ -501,7 +508,7 @@ class Search:
         compile_s = (self.incumbent_result.warmup_s or 0) if tuned.compile_mode else 0.0
         per_round = len(configs) * self.trial_seconds() + compile_s
         left = self.executor.time_left() - self.startup_seconds()
-        rounds = 2 if left >= 2 * per_round else 1 if left >= per_round else 0
+        rounds = min(MAX_CONFIRM_ROUNDS, int(left // per_round))
         if rounds == 0:
             self.notes.append("confirm: skipped, budget exhausted; numbers from the stages")
             return outcome
@@ -514,12 +521,13 @@ class Search:
             return outcome
         winner = tuned_run
         alt_run = pooled.get(_key(alternative)) if alternative is not None else None
-        if alt_run is not None and (self.within_noise(alt_run, tuned_run) or self.better(alt_run, tuned_run)):
+        if alt_run is not None and not self.better(tuned_run, alt_run):
             self.notes.append(f"confirm: {describe(alternative)} is as fast within noise; "
                               "keeping the simpler settings")
             winner = alt_run
         if not self.better(winner, default_run):
-            self.notes.append("confirm: nothing beat PyTorch defaults beyond noise; keeping defaults")
+            self.notes.append("confirm: nothing beat PyTorch defaults beyond noise; "
+                              "keeping defaults")
             winner = default_run
         outcome.knobs = winner.trial.knobs
         outcome.tuned_samples_per_s = self.speed(winner)

@@ -77,7 +77,7 @@ def micro_batches(hw: Hardware) -> list[int]:
 
 
 def worker_counts(hw: Hardware) -> list[int]:
-    """``num_workers`` values above 0, ascending: every count on small machines, doubling on big ones."""
+    """``num_workers`` values above 0, ascending: each count up to 4 cores, then doubling."""
     cores = min(hw.usable_cores, MAX_WORKERS)
     return list(range(1, cores + 1)) if cores <= 4 else _doublings(cores)
 

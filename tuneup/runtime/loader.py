@@ -62,12 +62,13 @@ class TunedLoader:
 
     def __iter__(self) -> Iterator[Any]:
         probe = self.loop._probe if self.loop is not None else None
-        return probe.iterate(self) if probe is not None else self._iterate(self.dataloader)
+        return probe.iterate(self) if probe is not None else self._iterate()
 
-    def _iterate(self, source: Any) -> Iterator[Any]:
+    def _iterate(self) -> Iterator[Any]:
+        """The inner DataLoader's batches (as micro-batches when linked), timed."""
         telemetry = self.telemetry
         clock = time.perf_counter
-        batches = iter(source)
+        batches = iter(self.dataloader)
         micro = self.micro_batch_size
         while True:
             started = clock()

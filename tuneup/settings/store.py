@@ -110,5 +110,17 @@ def save(settings: Settings, path: Path) -> None:
 
 
 def warn(message: str) -> None:
-    """One-line tuneup warning (shown once per message by Python's warning filter)."""
-    warnings.warn(f"tuneup: {message}", TuneupWarning, stacklevel=3)
+    """One-line tuneup warning (shown once per message by Python's warning filter),
+    attributed to the user's line: the first caller outside tuneup and torch."""
+    warnings.warn(f"tuneup: {message}", TuneupWarning, stacklevel=_user_stacklevel())
+
+
+def _user_stacklevel() -> int:
+    """``stacklevel`` for :func:`warn` that skips tuneup's and torch's own frames."""
+    torch = sys.modules.get("torch")  # no torch frames on the stack when it is not imported
+    skipped = tuple(str(Path(module.__file__).resolve().parent) + os.sep for module in (
+        sys.modules["tuneup"], torch) if module is not None)
+    frame, level = sys._getframe(2), 2  # the caller of warn()
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(skipped):
+        frame, level = frame.f_back, level + 1
+    return level
