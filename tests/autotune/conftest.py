@@ -28,6 +28,8 @@ FAKE_CHILD = textwrap.dedent('''
             os.kill(os.getpid(), signal.SIGKILL)
         if what == "hang":
             time.sleep(600)
+        if what == "slow":
+            time.sleep(1.0)
         if what == "alloc":
             hog = bytearray(400 * 2**20); time.sleep(600)
         if what in ("oom", "error"):

@@ -56,7 +56,8 @@ def test_hang_is_killed_after_the_trial_timeout(fake_script):
 
 
 def test_host_memory_cap_is_an_oom(fake_script):
-    with Runner(fake_script({"a": "alloc"}), max_memory_bytes=200 * 2**20, timeout=30) as runner:
+    behaviour = {"a": "alloc", "b": "slow"}  # b stays under the cap while it is watched
+    with Runner(fake_script(behaviour), max_memory_bytes=200 * 2**20, timeout=30) as runner:
         results = runner.run(trials("a", "b"))
     assert statuses(results) == {"a": "oom", "b": "ok"}
     assert "--max-memory" in results[0].message

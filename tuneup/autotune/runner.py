@@ -382,8 +382,8 @@ class Runner:
             used = process_tree_rss(process.popen.pid)
             if used > self.max_memory_bytes:
                 cap = self.max_memory_bytes / 2**30
-            return TrialResult(due, OOM, message=f"host memory {used / 2**30:.2f} GiB above "
-                                                 f"--max-memory {cap:.2f} GiB")
+                return TrialResult(due, OOM, message=f"host memory {used / 2**30:.2f} GiB above "
+                                                     f"--max-memory {cap:.2f} GiB")
         return None
 
     def _crash(self, trial: Trial, process: _Process, reason: str = "") -> TrialResult:

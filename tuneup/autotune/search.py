@@ -32,6 +32,8 @@ from tuneup.autotune.runner import BUDGET, OK, PLAN_DEFAULTS, SKIPPED, Trial, Tr
 from tuneup.autotune.space import CUDA_GRAPH_MODES, GROUPS, Hardware
 from tuneup.settings import Knobs
 
+LOW_IMPACT = ("batch", "threads")
+HEADROOM = "batch (memory headroom)"  # a change made for memory, kept whatever its speed  # stages that must leave room for compile
 INPUT_BOUND_SHARE = 0.3  # baseline data-wait share above which the loader goes first
 PREFETCH_WAIT_SHARE = 0.1  # data-wait share left that makes a deeper prefetch worth a trial
 PERSISTENT_STARTUP_SHARE = 0.01  # worker start-up per epoch worth keeping workers alive
@@ -76,6 +78,16 @@ class Rejection:
     reason: str
 
 
+@dataclass(frozen=True)
+class Change:
+    """One move of the incumbent: which stage, from what, to what, and its measured gain."""
+
+    stage: str
+    before: Knobs
+    after: Knobs
+    gain: float
+
+
 @dataclass
 class Outcome:
     """The search's answer."""
@@ -108,6 +120,13 @@ def describe(knobs: Knobs) -> str:
     return ",".join(parts) or "defaults"
 
 
+def consistent(knobs: Knobs) -> Knobs:
+    """Drop the worker-only knobs when there are no workers (the schema refuses them)."""
+    if knobs.num_workers:
+        return knobs
+    return knobs.replace(prefetch_factor=None, persistent_workers=None)
+
+
 def _key(knobs: Knobs) -> str:
     return json.dumps(knobs.to_dict(), sort_keys=True)
 
@@ -133,13 +152,15 @@ class Search:
         self.rejected: list[Rejection] = []
         self.notes: list[str] = []
         self.banned: set[tuple[str, object]] = set()  # (knob, value) that failed or drifted
-        self.changes: list[tuple[str, Knobs, float]] = []  # (stage, knobs before, gain)
+        self.changes: list[Change] = []
         self.hw = Hardware()
         self.reference_losses: list[float] = []
         self.incumbent = Knobs()
         self.incumbent_result: TrialResult | None = None
         self.baseline: TrialResult | None = None
         self.speedup = 1.0  # incumbent over baseline, chained through the stages
+        self.reserve_s = 0.0  # budget the current stage must leave for later ones
+        self.stage_label = "baseline"
         self._ids: dict[str, int] = {}
 
     # ---- measuring ----------------------------------------------------------------
@@ -162,6 +183,7 @@ class Search:
         return not self.better(a, b) and not self.better(b, a)
 
     def trial(self, knobs: Knobs, check: bool = False) -> Trial:
+        knobs = consistent(knobs)
         label = describe(knobs)
         self._ids[label] = self._ids.get(label, 0) + 1
         n = self._ids[label]
@@ -173,9 +195,9 @@ class Search:
         self.results.extend(results)
         return results
 
-    def trial_seconds(self) -> float:
-        """Expected wall time of one ordinary trial, from the baseline."""
-        base = self.baseline
+    def trial_seconds(self, like: TrialResult | None = None) -> float:
+        """Expected wall time of one trial like ``like`` (default: the incumbent's last one)."""
+        base = like or self.incumbent_result or self.baseline
         step = base.step_time if base and base.step_time else 0.5
         warmup = base.warmup_s if base and base.warmup_s is not None else 2 * step
         window = max(PLAN_DEFAULTS["min_measure_seconds"], PLAN_DEFAULTS["measure_steps"] * step)
@@ -191,13 +213,30 @@ class Search:
     def startup_seconds(self) -> float:
         return self.executor.startup_s or DEFAULT_STARTUP_S
 
+    def compile_seconds(self) -> float:
+        """Expected cost of one compile stage: a process, two trials and a first compile."""
+        return self.startup_seconds() + 2 * self.trial_seconds() + COMPILE_GUESS_S
+
+    def compile_fits(self) -> bool:
+        """Whether a compile stage fits in what is left (it is worth keeping room for)."""
+        left = self.executor.time_left() - self.confirm_reserve() - self.compile_seconds()
+        return bool(space.compile_modes(self.hw)) and left >= 0
+
+    def confirm_reserve(self) -> float:
+        return self.startup_seconds() + 2 * self.trial_seconds()
+
     def affordable(self, trials: int, extra_s: float = 0.0) -> int:
-        """How many of ``trials`` fit in the budget after a reserve for one confirmation round."""
-        reserve = self.startup_seconds() + 2 * self.trial_seconds()
+        """How many of ``trials`` fit in the budget after a reserve for one confirmation round
+        (and, in low-impact stages, for the compile stage still to come)."""
+        reserve = self.confirm_reserve() + self.reserve_s
         left = self.executor.time_left() - reserve - self.startup_seconds() - extra_s
         return max(0, min(trials, int(left // self.trial_seconds())))
 
     # ---- judging ------------------------------------------------------------------
+
+    def note(self, text: str) -> None:
+        if text not in self.notes:
+            self.notes.append(text)
 
     def reject(self, result: TrialResult, reason: str,
                ban: tuple[str, object] | None = None) -> None:
@@ -285,7 +324,7 @@ class Search:
         """Make ``chosen`` the incumbent; ``reference`` is the old one measured beside it."""
         gain = self.speed(chosen) / self.speed(reference)
         if _key(chosen.trial.knobs) != _key(self.incumbent):
-            self.changes.append((stage, self.incumbent, gain - 1))
+            self.changes.append(Change(stage, self.incumbent, chosen.trial.knobs, gain - 1))
             self.incumbent = chosen.trial.knobs
             self.speedup *= gain
         self.incumbent_result = chosen
@@ -306,28 +345,43 @@ class Search:
         self.on_best(self.speed(baseline), 1.0)
 
         stages = self.stage_order(baseline)
+        with_compile = "compile" in stages
         visited: list[tuple[str, str]] = []  # (stage, incumbent key when it found nothing)
-        for name in stages:
+        for name in [s for s in stages if s != "compile"]:
             before = _key(self.incumbent)
+            low_impact = name in LOW_IMPACT and with_compile and self.compile_fits()
+            self.reserve_s = self.compile_seconds() if low_impact else 0.0
             self.run_stage(name)
             if _key(self.incumbent) == before:
                 visited.append((name, before))
-        for name, key in visited:
-            if name != "compile" and _key(self.incumbent) != key:
+        for name, key in visited:  # once more where later stages moved the incumbent
+            low_impact = name in LOW_IMPACT and with_compile and self.compile_fits()
+            self.reserve_s = self.compile_seconds() if low_impact else 0.0
+            if _key(self.incumbent) != key:
                 self.run_stage(name, again=True)
+        self.reserve_s = 0.0
+        if with_compile:
+            self.run_stage("compile")
         return self.confirm()
 
     def stage_order(self, baseline: TrialResult) -> list[str]:
-        groups = [g for g in GROUPS if g in self.options.groups]
-        if self.hw.on_cuda and "threads" in groups:
-            groups.remove("threads")
+        """Stages by expected impact on this run; compile always last.
+
+        CUDA: amp, batch (memory headroom, larger effective throughput), loader, compile.
+        CPU: amp, loader, threads, batch (rarely more than cache effects), compile.
+        Input-bound (waiting for data >= 30 %): loader (and threads) first.
+        """
+        order = (("amp", "batch", "loader", "compile") if self.hw.on_cuda
+                 else ("amp", "loader", "threads", "batch", "compile"))
+        groups = [g for g in order if g in self.options.groups]
         if (baseline.data_wait_share or 0) >= INPUT_BOUND_SHARE:
             first = [g for g in ("loader", "threads") if g in groups]
             groups = first + [g for g in groups if g not in first]
         return groups
 
     def run_stage(self, name: str, again: bool = False) -> None:
-        self.on_stage(name + (" (again)" if again else ""))
+        self.stage_label = name + (" (again)" if again else "")
+        self.on_stage(self.stage_label)
         getattr(self, f"stage_{name}")()
 
     def candidates(self, changed: str, values: list[object], check: bool = False) -> list[Trial]:
@@ -349,14 +403,14 @@ class Search:
             return None
         fits = self.affordable(len(trials) + 2)
         if fits < 2:
-            self.notes.append(f"{stage}: skipped, budget too small")
+            self.note(f"{self.stage_label}: skipped, budget too small")
             return None
         repeat = stop is None and fits >= 3
         plan = [self.trial(self.incumbent)] + trials[:fits - 1 - repeat]
         results = self.measure(plan + [self.trial(self.incumbent)] * repeat, stop)
         reference = pool(results[:1] + results[len(plan):])
         if reference is None:
-            self.notes.append(f"{stage}: the incumbent failed to re-run ({results[0].status})")
+            self.note(f"{stage}: the incumbent failed to re-run ({results[0].status})")
             return None
         return self.choose(reference, results[1:len(plan)], stage)
 
@@ -384,25 +438,30 @@ class Search:
         cap = (self.options.max_memory_bytes or 0) * self.options.memory_headroom
         for result in self.measure(trials):
             if self.acceptable(result) and (result.peak_memory_bytes or 0) <= cap:
-                self.notes.append(f"batch: micro-batch {result.trial.knobs.micro_batch_size} "
-                                  "chosen for memory headroom")
+                self.note(f"batch: micro-batch {result.trial.knobs.micro_batch_size} "
+                          "chosen for memory headroom")
                 assert self.incumbent_result is not None
-                self.adopt(result, self.incumbent_result, "batch")
+                self.adopt(result, self.incumbent_result, HEADROOM)
                 return
-        self.notes.append("batch: no micro-batch keeps the memory headroom")
+        self.note("batch: no micro-batch keeps the memory headroom")
 
-    def stop_when_flat(self) -> Callable[[TrialResult], bool]:
-        """Early stop for a monotone sweep: stop once a step fails or stops beating the best."""
+    def stop_when_flat(self, patience: int = 1) -> Callable[[TrialResult], bool]:
+        """Early stop for a monotone sweep (the reference comes first): stop at a failure or
+        after ``patience`` steps in a row that do not beat the best so far."""
         best: list[TrialResult] = []
+        flat = [0]
 
         def stop(result: TrialResult) -> bool:
             if not best:
                 best.append(result)
                 return not result.ok
-            if result.ok and self.better(result, best[0]):
-                best[0] = result
+            if not result.ok:
+                return True
+            if self.better(result, best[0]):
+                best[0], flat[0] = result, 0
                 return False
-            return True
+            flat[0] += 1
+            return flat[0] >= patience
 
         return stop
 
@@ -411,7 +470,7 @@ class Search:
         trials = self.candidates("num_workers", workers)
         reference = self.incumbent_result
         if trials:
-            chosen = self.compare("loader", trials, stop=self.stop_when_flat())
+            chosen = self.compare("loader", trials, stop=self.stop_when_flat(patience=2))
             reference = chosen or reference
         if not self.incumbent.num_workers or reference is None:
             return
@@ -436,8 +495,8 @@ class Search:
         epoch_s = steps_per_epoch * (result.step_time or 0)
         if epoch_s and startup / epoch_s > PERSISTENT_STARTUP_SHARE:
             self.incumbent = self.incumbent.replace(persistent_workers=True)
-            self.notes.append(f"loader: persistent_workers (worker start-up {startup:.2f} s "
-                              f"per {epoch_s:.1f} s epoch)")
+            self.note(f"loader: persistent_workers (worker start-up {startup:.2f} s "
+                      f"per {epoch_s:.1f} s epoch)")
 
     def stage_threads(self) -> None:
         if self.hw.on_cuda:
@@ -452,8 +511,8 @@ class Search:
         for trial in self.candidates("compile_mode", modes, check=True):
             if self.affordable(2, extra_s=COMPILE_GUESS_S) < 2:
                 needed = COMPILE_GUESS_S + 2 * self.trial_seconds()
-                self.notes.append(f"compile: {trial.knobs.compile_mode} skipped, "
-                                  f"needs ~{needed:.0f} s more budget")
+                self.note(f"compile: {trial.knobs.compile_mode} skipped, "
+                          f"needs ~{needed:.0f} s more budget")
                 continue
             reference, result = self.measure([self.trial(self.incumbent), trial])
             if reference.ok and self.acceptable(result) and self.amortised(reference, result):
@@ -479,16 +538,15 @@ class Search:
 
     def simpler_alternative(self) -> Knobs | None:
         """The incumbent without its least certain change (the one with the smallest gain)."""
-        uncertain = [(gain, before) for stage, before, gain in self.changes
-                     if stage != "compile" and gain < 2 * self.options.min_gain + 0.05]
+        uncertain = [c for c in self.changes if c.stage not in ("compile", HEADROOM)
+                     and c.gain < 2 * self.options.min_gain + 0.05]
         if not uncertain:
             return None
-        _, before = min(uncertain, key=lambda item: item[0])
-        changed = {k: v for k, v in self.incumbent.to_dict().items()
-                   if getattr(before, k) != v and k != "compile_mode"}
-        if not changed:
-            return None
-        return self.incumbent.replace(**{k: getattr(before, k) for k in changed})
+        change = min(uncertain, key=lambda c: c.gain)
+        undone = {k: getattr(change.before, k) for k, v in change.after.to_dict().items()
+                  if getattr(change.before, k) != v}
+        alternative = self.incumbent.replace(**undone)
+        return None if _key(alternative) == _key(self.incumbent) else alternative
 
     def confirm(self) -> Outcome:
         """Interleaved re-runs of the winner, the defaults and a simpler alternative."""
@@ -505,29 +563,30 @@ class Search:
         alternative = self.simpler_alternative()
         if alternative is not None and _key(alternative) != _key(default):
             configs.append(alternative)
-        compile_s = (self.incumbent_result.warmup_s or 0) if tuned.compile_mode else 0.0
-        per_round = len(configs) * self.trial_seconds() + compile_s
+        plain = self.trial_seconds(self.baseline)
+        per_round = self.trial_seconds() + (len(configs) - 1) * plain
         left = self.executor.time_left() - self.startup_seconds()
         rounds = min(MAX_CONFIRM_ROUNDS, int(left // per_round))
-        if rounds == 0:
-            self.notes.append("confirm: skipped, budget exhausted; numbers from the stages")
+        if rounds <= 0:
+            self.note("confirm: skipped, budget exhausted; numbers from the stages")
             return outcome
         results = self.measure([self.trial(k) for _ in range(rounds) for k in configs])
         pooled = {_key(k): pool([r for r in results if _key(r.trial.knobs) == _key(k)])
                   for k in configs}
         tuned_run, default_run = pooled[_key(tuned)], pooled[_key(default)]
         if tuned_run is None or default_run is None:
-            self.notes.append("confirm: re-runs failed; numbers from the stages")
+            self.note("confirm: re-runs failed; numbers from the stages")
             return outcome
         winner = tuned_run
         alt_run = pooled.get(_key(alternative)) if alternative is not None else None
         if alt_run is not None and not self.better(tuned_run, alt_run):
-            self.notes.append(f"confirm: {describe(alternative)} is as fast within noise; "
-                              "keeping the simpler settings")
+            self.note(f"confirm: {describe(alternative)} is as fast within noise; "
+                      "keeping the simpler settings")
             winner = alt_run
-        if not self.better(winner, default_run):
-            self.notes.append("confirm: nothing beat PyTorch defaults beyond noise; "
-                              "keeping defaults")
+        needs_headroom = any(c.stage == HEADROOM for c in self.changes)
+        if not self.better(winner, default_run) and not needs_headroom:
+            self.note("confirm: nothing beat PyTorch defaults beyond noise; "
+                      "keeping defaults")
             winner = default_run
         outcome.knobs = winner.trial.knobs
         outcome.tuned_samples_per_s = self.speed(winner)
