@@ -169,8 +169,8 @@ def main() -> None:
     parser.add_argument("--measure-seconds", type=float, default=2.5)
     parser.add_argument("--budget-share", type=float, default=0.22,
                         help="autotune budget as a share of the grid's wall time (default 0.22)")
-    parser.add_argument("--min-budget", type=float, default=60.0,
-                        help="lower bound of the autotune budget in seconds (default 60)")
+    parser.add_argument("--min-budget", type=float, default=30.0,
+                        help="lower bound of the autotune budget in seconds (default 30)")
     parser.add_argument("--rounds", type=int, default=2, help="interleaved re-measurement rounds")
     parser.add_argument("--workloads", default=",".join(WORKLOADS))
     parser.add_argument("--json", type=Path, help="also write the results here")

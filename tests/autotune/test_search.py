@@ -284,3 +284,19 @@ def test_simpler_alternative_undoes_only_the_least_certain_change():
     trial = tuner.trial(tuner.simpler_alternative())
     assert trial.knobs == Knobs(amp_dtype="bfloat16")  # no worker knobs without workers
     trial.knobs.validate()
+
+
+def test_cpu_loader_sweep_pairs_workers_with_the_threads_they_leave():
+    def timing(knobs: Knobs) -> dict:  # 2 cores: decoding 0.12 s, model 0.05 s per batch
+        workers, threads = knobs.num_workers or 0, knobs.cpu_threads or 2
+        if not workers:
+            return record(0.17, wait=0.7)
+        step = max(0.12 / workers, 0.05 * (2 / threads) ** 0.5)
+        oversubscribed = threads > max(1, 2 - workers)
+        return record(step * (1.5 if oversubscribed else 1.0), wait=0.1)
+
+    tuner, recorded = search(timing, Options(groups=frozenset({"loader", "threads"})))
+    outcome = tuner.run()
+    assert recorded.plans[1] == ["defaults #2", "workers=1", "workers=1,threads=1", "workers=2",
+                                 "workers=2,threads=1"]
+    assert (outcome.knobs.num_workers, outcome.knobs.cpu_threads) == (2, 1)

@@ -32,6 +32,8 @@ from tuneup.autotune.runner import BUDGET, OK, PLAN_DEFAULTS, SKIPPED, Trial, Tr
 from tuneup.autotune.space import CUDA_GRAPH_MODES, GROUPS, Hardware
 from tuneup.settings import Knobs
 
+# Stages that must leave room for compile. Threads too: the loader stage already tries the
+# threads the workers leave over, where workers and threads compete for the cores.
 LOW_IMPACT = ("batch", "threads")
 HEADROOM = "batch (memory headroom)"  # a change made for memory, kept whatever its speed  # stages that must leave room for compile
 INPUT_BOUND_SHARE = 0.3  # baseline data-wait share above which the loader goes first
@@ -468,9 +470,13 @@ class Search:
     def stage_loader(self) -> None:
         workers = [n for n in space.worker_counts(self.hw) if n > (self.incumbent.num_workers or 0)]
         trials = self.candidates("num_workers", workers)
+        shares_cores = self.shares_cores()
+        if shares_cores:  # each count also with the threads the workers leave over
+            trials = [t for trial in trials for t in (trial, *self.leftover_threads(trial))]
         reference = self.incumbent_result
         if trials:
-            chosen = self.compare("loader", trials, stop=self.stop_when_flat(patience=2))
+            patience = 4 if shares_cores else 2  # two worker counts in a row without gain
+            chosen = self.compare("loader", trials, stop=self.stop_when_flat(patience))
             reference = chosen or reference
         if not self.incumbent.num_workers or reference is None:
             return
@@ -483,6 +489,19 @@ class Search:
         if extra:
             self.compare("loader", extra)
         self.decide_persistent_workers()
+
+    def shares_cores(self) -> bool:
+        """A CPU run tuning threads too: workers and intra-op threads compete for the cores."""
+        return (not self.hw.on_cuda and "threads" in self.options.groups
+                and "cpu_threads" not in self.hw.fixed_knobs)
+
+    def leftover_threads(self, trial: Trial) -> list[Trial]:
+        """The trial with ``cores - workers`` intra-op threads, when that differs from now."""
+        threads = max(1, self.hw.usable_cores - (trial.knobs.num_workers or 0))
+        current = trial.knobs.cpu_threads or self.hw.cpu_threads
+        if threads == current or ("cpu_threads", threads) in self.banned:
+            return []
+        return [self.trial(trial.knobs.replace(cpu_threads=threads))]
 
     def decide_persistent_workers(self) -> None:
         """Keep workers alive across epochs when their start-up is a visible share of an epoch."""
