@@ -300,3 +300,18 @@ def test_cpu_loader_sweep_pairs_workers_with_the_threads_they_leave():
     assert recorded.plans[1] == ["defaults #2", "workers=1", "workers=1,threads=1", "workers=2",
                                  "workers=2,threads=1"]
     assert (outcome.knobs.num_workers, outcome.knobs.cpu_threads) == (2, 1)
+
+
+def test_deeper_prefetch_tried_only_while_the_loop_still_waits_for_data():
+    def timing(knobs: Knobs) -> dict:
+        if not knobs.num_workers:
+            return record(0.2, wait=0.6)
+        return record(0.08 if knobs.prefetch_factor else 0.1, wait=0.3)
+
+    tuner, recorded = search(timing, Options(groups=frozenset({"loader"})))
+    outcome = tuner.run()
+    assert outcome.knobs.prefetch_factor == 4 and outcome.knobs.num_workers == 1
+    quiet_tuner, quiet = search(lambda k: record(0.1 if k.num_workers else 0.2, wait=0.01),
+                                Options(groups=frozenset({"loader"})))
+    quiet_tuner.run()
+    assert quiet.ran and not any(t.knobs.prefetch_factor for t in quiet.ran)

@@ -34,7 +34,7 @@ from tuneup.settings import Knobs
 
 # Stages that must leave room for compile. Threads too: the loader stage already tries the
 # threads the workers leave over, where workers and threads compete for the cores.
-LOW_IMPACT = ("batch", "threads")
+LOW_IMPACT = ("batch", "threads", "loader_extras")
 HEADROOM = "batch (memory headroom)"  # a change made for memory, kept whatever its speed  # stages that must leave room for compile
 INPUT_BOUND_SHARE = 0.3  # baseline data-wait share above which the loader goes first
 PREFETCH_WAIT_SHARE = 0.1  # data-wait share left that makes a deeper prefetch worth a trial
@@ -367,19 +367,19 @@ class Search:
         return self.confirm()
 
     def stage_order(self, baseline: TrialResult) -> list[str]:
-        """Stages by expected impact on this run; compile always last.
+        """Stages by expected impact on this run; low-impact ones late, compile always last.
 
-        CUDA: amp, batch (memory headroom, larger effective throughput), loader, compile.
-        CPU: amp, loader, threads, batch (rarely more than cache effects), compile.
-        Input-bound (waiting for data >= 30 %): loader (and threads) first.
+        CUDA: amp, batch (memory headroom), loader, loader extras, compile.
+        CPU: amp, loader (with the threads workers leave over), threads, batch (rarely more
+        than cache effects), loader extras, compile. Input-bound (waiting for data >= 30 %
+        of the step): the loader first.
         """
-        order = (("amp", "batch", "loader", "compile") if self.hw.on_cuda
-                 else ("amp", "loader", "threads", "batch", "compile"))
-        groups = [g for g in order if g in self.options.groups]
-        if (baseline.data_wait_share or 0) >= INPUT_BOUND_SHARE:
-            first = [g for g in ("loader", "threads") if g in groups]
-            groups = first + [g for g in groups if g not in first]
-        return groups
+        order = (("amp", "batch", "loader", "loader_extras", "compile") if self.hw.on_cuda
+                 else ("amp", "loader", "threads", "batch", "loader_extras", "compile"))
+        stages = [s for s in order if s.split("_")[0] in self.options.groups]
+        if (baseline.data_wait_share or 0) >= INPUT_BOUND_SHARE and "loader" in stages:
+            stages = ["loader"] + [s for s in stages if s != "loader"]
+        return stages
 
     def run_stage(self, name: str, again: bool = False) -> None:
         self.stage_label = name + (" (again)" if again else "")
@@ -478,6 +478,12 @@ class Search:
             patience = 4 if shares_cores else 2  # two worker counts in a row without gain
             chosen = self.compare("loader", trials, stop=self.stop_when_flat(patience))
             reference = chosen or reference
+        if self.incumbent.num_workers and reference is not None:
+            self.decide_persistent_workers()
+
+    def stage_loader_extras(self) -> None:
+        """``pin_memory`` on CUDA, a deeper prefetch while the loop still waits for data."""
+        reference = self.incumbent_result
         if not self.incumbent.num_workers or reference is None:
             return
         extra = []
@@ -488,7 +494,6 @@ class Search:
             extra += self.candidates("prefetch_factor", [4])
         if extra:
             self.compare("loader", extra)
-        self.decide_persistent_workers()
 
     def shares_cores(self) -> bool:
         """A CPU run tuning threads too: workers and intra-op threads compete for the cores."""
