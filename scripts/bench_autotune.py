@@ -3,8 +3,8 @@
 For each workload in docs/examples (compute-bound MLP, input-bound image decoding), in one
 run on this machine:
 
-1. every point of a grid over the same knobs (AMP dtype x compile x num_workers x threads x
-   micro-batch with accumulation),
+1. every point of a grid over the same knobs and candidate values tuneup searches (AMP dtype
+   x compile x num_workers/prefetch_factor x threads x micro-batch with accumulation),
    each measured with plain PyTorch code (a DataLoader and an ordinary training step; no
    tuneup), and the grid's total wall time including set-up and compile;
 2. `tuneup autotune` on the example script, as a user runs it (a subprocess with a fresh
@@ -16,7 +16,7 @@ run on this machine:
 Prints tuned / grid-best (target >= 0.95), autotune time / grid time (target <= 0.25) and
 the speedup over defaults.
 
-    .venv/bin/python scripts/bench_autotune.py            # full grid, ~20 minutes
+    .venv/bin/python scripts/bench_autotune.py            # full grid (160 points a workload), ~30 minutes
     .venv/bin/python scripts/bench_autotune.py --quick    # smaller grid
 """
 
@@ -90,15 +90,23 @@ def _forever(loader: DataLoader):
 
 
 def grid(quick: bool, batch_size: int) -> list[Knobs]:
-    """Every combination of the knobs tuneup tunes (quick: AMP x compile x workers 0/2)."""
+    """Every combination of the candidate values tuneup itself searches on this 2-core CPU
+    (tuneup/autotune/space.py): AMP x compile x threads x micro-batch (full, /2, /4, /8) x
+    loader (no workers, or 1-2 workers with prefetch 2 or 4). Quick: AMP x compile x
+    workers 0/2."""
     amps = (None, "bfloat16")
     compiles = (None, "default")
-    workers = (0, 2) if quick else (0, 1, 2)
-    threads = (None,) if quick else (None, 1)
-    micro = (None,) if quick else (None, batch_size // 2)
-    return [Knobs(amp_dtype=a, compile_mode=c, num_workers=w or None, cpu_threads=t,
+    if quick:
+        loaders = ((None, None), (2, None))
+        threads: tuple[int | None, ...] = (None,)
+        micro: tuple[int | None, ...] = (None,)
+    else:
+        loaders = ((None, None), *itertools.product((1, 2), (None, 4)))
+        threads = (None, 1)
+        micro = (None, *(batch_size // d for d in (2, 4, 8) if batch_size // d >= 8))
+    return [Knobs(amp_dtype=a, compile_mode=c, num_workers=w, prefetch_factor=p, cpu_threads=t,
                   micro_batch_size=m)
-            for a, c, w, t, m in itertools.product(amps, compiles, workers, threads, micro)]
+            for a, c, (w, p), t, m in itertools.product(amps, compiles, loaders, threads, micro)]
 
 
 def run_autotune(script: Path, budget: float, settings: Path, quick: bool) -> float:

@@ -14,7 +14,7 @@ $tuneup doctor --from tests/data/doctor-corpus/case01/collect_env.txt || echo "(
 
 echo; echo "== tuneup autotune docs/examples/train_mlp.py"
 out=$(mktemp -d)/train_mlp.tuneup.json
-$tuneup autotune docs/examples/train_mlp.py --budget "${TUNEUP_DEMO_BUDGET:-240}" --output "$out"
+$tuneup autotune docs/examples/train_mlp.py --budget "${TUNEUP_DEMO_BUDGET:-180}" --output "$out" -- --steps 100000
 
 echo; echo "== the example, run with the tuned settings ($out)"
 TUNEUP_SETTINGS="$out" TUNEUP_VERBOSE=1 .venv/bin/python docs/examples/train_mlp.py
