@@ -16,5 +16,8 @@ echo; echo "== tuneup autotune docs/examples/train_mlp.py"
 out=$(mktemp -d)/train_mlp.tuneup.json
 $tuneup autotune docs/examples/train_mlp.py --budget "${TUNEUP_DEMO_BUDGET:-180}" --output "$out" -- --steps 100000
 
-echo; echo "== the example, run with the tuned settings ($out)"
-TUNEUP_SETTINGS="$out" TUNEUP_VERBOSE=1 .venv/bin/python docs/examples/train_mlp.py
+steps=${TUNEUP_DEMO_STEPS:-1000}
+echo; echo "== the example, $steps steps with plain PyTorch defaults (TUNEUP_DISABLE=1)"
+TUNEUP_DISABLE=1 .venv/bin/python docs/examples/train_mlp.py --steps "$steps"
+echo; echo "== the same, with the tuned settings ($out; the time includes any compile)"
+TUNEUP_SETTINGS="$out" TUNEUP_VERBOSE=1 .venv/bin/python docs/examples/train_mlp.py --steps "$steps"
