@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, ContextManager, NoReturn
 import psutil
 import torch
 
+from tuneup.doctor import probe
 from tuneup.runtime import apply
 from tuneup.settings import AMP_DTYPES, Knobs
 
@@ -415,10 +416,9 @@ def _length(dataset: Any) -> int | None:
 
 
 def _usable_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
+    """Whole cores the trials may use: the probe's affinity mask capped by the cgroup quota."""
+    cores = probe.probe_cpu().usable_cores
+    return max(1, int(cores)) if cores else (os.cpu_count() or 1)
 
 
 def _compile_available(device: torch.device) -> bool:

@@ -7,6 +7,7 @@ import re
 
 from tuneup.doctor import knowledge as kb
 from tuneup.doctor.findings import ERROR, WARNING
+from tuneup.doctor.probe.parse import library_version
 from tuneup.doctor.rules.context import Context
 
 AREA = "cudnn"
@@ -69,15 +70,10 @@ def _runtime(ctx: Context) -> tuple[str, str] | None:
             return entry.strip(), "the report's cuDNN version"
     for path in ctx.snap.cudnn_libraries or []:
         directory = os.path.dirname(path)
-        version = _soname_version(path)
-        if directory and version and directory in _ld_dirs(ctx):
+        version = library_version(path)
+        if directory and version and "." in version and directory in _ld_dirs(ctx):
             return version, f"{path}, on LD_LIBRARY_PATH"
     return None
-
-
-def _soname_version(path: str) -> str | None:
-    match = re.search(r"libcudnn[^/\\]*?\.so\.(\d+(?:\.\d+)*)$", path)
-    return match.group(1) if match and "." in match.group(1) else None
 
 
 def _ld_dirs(ctx: Context) -> list[str]:
