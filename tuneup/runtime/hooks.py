@@ -1,0 +1,153 @@
+"""The hooks the runtime calls, for whoever observes a training run.
+
+``tuned_loop`` and ``tuned_loader`` declare these calls and make them; they import no observer.
+Observers — the autotune child, the watcher's feed, online adaptation — subclass
+:class:`Observer`, override what they need, and are installed by whoever starts the script:
+in-process with :func:`install`, or from outside through ``TUNEUP_OBSERVERS`` (comma-separated
+``module:function`` entries, each function returning an :class:`Observer`), read when the
+first loop or loader is created. This is Lightning's shape: the trainer calls callbacks, the
+tuner installs one, and the trainer never imports the tuner.
+
+With no observer installed :func:`current` is :data:`NOBODY`, and the runtime skips every call:
+an unobserved run pays one identity check per hook site.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, ContextManager
+
+if TYPE_CHECKING:
+    import torch
+
+    from tuneup.runtime.loader import TunedLoader
+    from tuneup.runtime.loop import TunedLoop
+    from tuneup.settings import Knobs
+
+ENV_OBSERVERS = "TUNEUP_OBSERVERS"
+
+
+class Observer:
+    """One observer of the runtime. Every hook is a no-op here; override what you need."""
+
+    def loop_created(self, loop: TunedLoop) -> None:
+        """A ``tuned_loop`` was made (after its knobs were applied)."""
+
+    def loader_created(self, loader: TunedLoader) -> None:
+        """A ``tuned_loader`` was made."""
+
+    def initial_knobs(self, knobs: Knobs) -> Knobs:
+        """The knobs a new loop or loader starts with; ``knobs`` come from the settings file."""
+        return knobs
+
+    def batches(self, loader: TunedLoader, source: Iterator[Any]) -> Iterator[Any]:
+        """The batches ``for batch in loader`` gets; ``source`` is the loader's own stream."""
+        return source
+
+    def guard(self, loop: TunedLoop) -> ContextManager[Any]:
+        """Wraps each piece of the user's step the loop runs (forward, backward, step)."""
+        return contextlib.nullcontext()
+
+    def loss(self, loop: TunedLoop, loss: torch.Tensor, weight: float | torch.Tensor) -> None:
+        """A loss about to be backpropagated as ``loss * weight`` (weight 1 when unsplit)."""
+
+    def optimizer_stepped(self, loop: TunedLoop) -> None:
+        """The optimizer stepped: one of the user's batches is done."""
+
+    def micro_batching(self, loop: TunedLoop, applied: int | None, blocked: str | None) -> None:
+        """The micro-batch size now applied (None: whole batches), and why not when blocked."""
+
+
+class _Observers(Observer):
+    """Several observers seen as one: calls fan out in install order; streams chain."""
+
+    def __init__(self, members: tuple[Observer, ...]) -> None:
+        self.members = members
+
+    def loop_created(self, loop: TunedLoop) -> None:
+        for member in self.members:
+            member.loop_created(loop)
+
+    def loader_created(self, loader: TunedLoader) -> None:
+        for member in self.members:
+            member.loader_created(loader)
+
+    def initial_knobs(self, knobs: Knobs) -> Knobs:
+        for member in self.members:
+            knobs = member.initial_knobs(knobs)
+        return knobs
+
+    def batches(self, loader: TunedLoader, source: Iterator[Any]) -> Iterator[Any]:
+        for member in self.members:
+            source = member.batches(loader, source)
+        return source
+
+    @contextlib.contextmanager
+    def guard(self, loop: TunedLoop) -> Iterator[None]:
+        with contextlib.ExitStack() as stack:
+            for member in self.members:
+                stack.enter_context(member.guard(loop))
+            yield
+
+    def loss(self, loop: TunedLoop, loss: torch.Tensor, weight: float | torch.Tensor) -> None:
+        for member in self.members:
+            member.loss(loop, loss, weight)
+
+    def optimizer_stepped(self, loop: TunedLoop) -> None:
+        for member in self.members:
+            member.optimizer_stepped(loop)
+
+    def micro_batching(self, loop: TunedLoop, applied: int | None, blocked: str | None) -> None:
+        for member in self.members:
+            member.micro_batching(loop, applied, blocked)
+
+
+NOBODY = Observer()
+_installed: list[Observer] = []
+_current: Observer = NOBODY
+_environment_read = False
+
+
+def current() -> Observer:
+    """All installed observers as one, or :data:`NOBODY`."""
+    return _current
+
+
+def install(observer: Observer) -> Callable[[], None]:
+    """Add ``observer``; returns the function that removes it again."""
+    _installed.append(observer)
+    _refresh()
+    return lambda: uninstall(observer)
+
+
+def uninstall(observer: Observer) -> None:
+    if observer in _installed:
+        _installed.remove(observer)
+        _refresh()
+
+
+def install_from_environment() -> None:
+    """Install the observers ``TUNEUP_OBSERVERS`` names, once per process.
+
+    A name that cannot be imported raises: whoever set the variable (tuneup's own tools)
+    must hear it, rather than run the script unobserved.
+    """
+    global _environment_read
+    if _environment_read:
+        return
+    _environment_read = True
+    for entry in filter(None, (e.strip() for e in os.environ.get(ENV_OBSERVERS, "").split(","))):
+        module, _, function = entry.partition(":")
+        factory = getattr(importlib.import_module(module), function or "install")
+        observer = factory()
+        if observer is not None:
+            install(observer)
+
+
+def _refresh() -> None:
+    global _current
+    members = tuple(_installed)
+    _current = NOBODY if not members else members[0] if len(members) == 1 else _Observers(members)
