@@ -1,5 +1,5 @@
 """Numerics of tuned_loop + tuned_loader on the CPU: identical without settings, equivalent
-gradients with accumulation (per-sample and token-level losses), AMP and compile fallbacks."""
+gradients with micro-batching (mean, sum and token-level losses), AMP and compile fallbacks."""
 
 from __future__ import annotations
 
@@ -29,7 +29,9 @@ def plain_run(batch_size: int = 32, size: int = 96, **loader_kwargs: object):
     return losses, parameters(model)
 
 
-def tuned_run(batch_size: int = 32, size: int = 96, **loader_kwargs: object):
+def tuned_run(batch_size: int = 32, size: int = 96, split: bool = False, **loader_kwargs: object):
+    """The wrappers' loop: the plain form (``loop.step`` + ``loop.backward``) or, with
+    ``split``, ``loop.train_step``, the form a micro-batch setting applies to."""
     model = make_model()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9)
     loop = tuned_loop(model, optimizer)
@@ -37,45 +39,61 @@ def tuned_run(batch_size: int = 32, size: int = 96, **loader_kwargs: object):
     loader = tuned_loader(make_dataset(size), batch_size=batch_size, shuffle=True, loop=loop,
                           **loader_kwargs)
     for x, y in loader:
-        with loop.step():
-            loss = F.cross_entropy(loop.model(x), y)
-        loop.backward(loss)
+        if split:
+            loss = loop.train_step((x, y), lambda b: F.cross_entropy(loop.model(b[0]), b[1]))
+        else:
+            with loop.step():
+                loss = F.cross_entropy(loop.model(x), y)
+            loop.backward(loss)
         losses.append(loss.item())
     return losses, parameters(model), loop
 
 
-def test_no_settings_is_bit_identical_to_plain_pytorch(no_warnings):
+@pytest.mark.parametrize("split", [False, True])
+def test_no_settings_is_bit_identical_to_plain_pytorch(no_warnings, split):
     plain_losses, plain_params = plain_run()
-    losses, params, loop = tuned_run()
+    losses, params, loop = tuned_run(split=split)
     assert losses == plain_losses
     assert all(torch.equal(a, b) for a, b in zip(params, plain_params))
     assert loop.stats().steps == 3
 
 
-def test_disable_makes_a_settings_file_pass_through(write_settings, monkeypatch, no_warnings):
+@pytest.mark.parametrize("split", [False, True])
+def test_disable_makes_a_settings_file_pass_through(write_settings, monkeypatch, no_warnings,
+                                                    split):
     write_settings(micro_batch_size=8, amp_dtype="bfloat16", cpu_threads=1)
     monkeypatch.setenv("TUNEUP_DISABLE", "1")
     threads = torch.get_num_threads()
-    assert tuned_run()[0] == plain_run()[0]
+    assert tuned_run(split=split)[0] == plain_run()[0]
     assert torch.get_num_threads() == threads
 
 
 @pytest.mark.parametrize("micro", [8, 12, 31])  # divides 32; uneven (12+12+8); 31+1
-def test_accumulation_matches_the_full_batch(write_settings, micro):
+def test_micro_batching_matches_the_full_batch(write_settings, micro, no_warnings):
     write_settings(micro_batch_size=micro)
     plain_losses, plain_params = plain_run(batch_size=32, size=80)  # last batch: 16 samples
-    losses, params, loop = tuned_run(batch_size=32, size=80)
-    assert loop.stats().steps == 3
-    assert len(losses) == sum(-(-n // micro) for n in (32, 32, 16))
+    losses, params, loop = tuned_run(batch_size=32, size=80, split=True)
+    assert loop.stats().steps == 3 and len(losses) == 3  # the user's loop body: once a batch
+    assert loop.applied_micro_batch == (micro if micro < 16 else None)  # the last batch: 16
+    torch.testing.assert_close(losses, plain_losses, atol=1e-5, rtol=1e-5)
     assert_close_parameters(params, plain_params)
 
 
-def test_accumulation_with_drop_last(write_settings):
+def test_micro_batching_with_drop_last(write_settings):
     write_settings(micro_batch_size=16)
     _, plain_params = plain_run(batch_size=32, size=80, drop_last=True)
-    _, params, loop = tuned_run(batch_size=32, size=80, drop_last=True)
+    _, params, loop = tuned_run(batch_size=32, size=80, drop_last=True, split=True)
     assert loop.stats().steps == 2
     assert_close_parameters(params, plain_params)
+
+
+def test_the_plain_form_trains_whole_batches_and_says_why(write_settings):
+    write_settings(micro_batch_size=8)
+    with pytest.warns(TuneupWarning, match="micro_batch_size=8 from the settings is not applied: "
+                                           "the script computes its loss outside") as caught:
+        losses, _, loop = tuned_run()
+    assert len(caught) == 1
+    assert losses == plain_run()[0] and loop.applied_micro_batch is None
 
 
 def token_batches(pad: int = -100):
@@ -93,19 +111,22 @@ def token_loss(model, x, y, reduction="mean"):
                            reduction=reduction)
 
 
-def test_token_level_loss_without_accumulation_is_the_mean(write_settings):
+def test_token_level_loss_without_micro_batching_is_the_plain_mean(write_settings):
+    """``backward(sum, num_items=n)`` is exactly ``(sum / n).backward()`` and the step."""
     torch.manual_seed(0)
     plain, tuned = torch.nn.Linear(4, 3), torch.nn.Linear(4, 3)
     tuned.load_state_dict(plain.state_dict())
     x, y = token_batches().tensors
-    token_loss(plain, x, y).backward()
+    count = int((y != -100).sum())
+    (token_loss(plain, x, y, reduction="sum") / count).backward()
     torch.optim.SGD(plain.parameters(), lr=1.0).step()
     loop = tuned_loop(tuned, torch.optim.SGD(tuned.parameters(), lr=1.0))
-    loop.backward(token_loss(tuned, x, y, reduction="sum"), num_items=int((y != -100).sum()))
-    assert_close_parameters(parameters(tuned), parameters(plain))
+    loop.backward(token_loss(tuned, x, y, reduction="sum"), num_items=count)
+    assert all(torch.equal(a, b) for a, b in zip(parameters(tuned), parameters(plain)))
 
 
-def test_token_level_loss_with_num_items(write_settings):
+@pytest.mark.parametrize("micro", [None, 5])  # 5 + 5 + 2 sequences: 21, 8 and 0 tokens
+def test_token_level_loss_with_num_items(write_settings, micro):
     torch.manual_seed(0)
     plain = torch.nn.Linear(4, 3)
     tuned = torch.nn.Linear(4, 3)
@@ -113,33 +134,48 @@ def test_token_level_loss_with_num_items(write_settings):
     dataset = token_batches()
     plain_optimizer = torch.optim.SGD(plain.parameters(), lr=1.0)
     x, y = dataset.tensors
-    token_loss(plain, x, y).backward()  # mean over all 12 sequences' real tokens
+    expected = token_loss(plain, x, y)  # mean over all 12 sequences' real tokens
+    expected.backward()
     plain_optimizer.step()
 
-    write_settings(micro_batch_size=5)  # 5 + 5 + 2 sequences: 21, 8 and 0 tokens
+    if micro:
+        write_settings(micro_batch_size=micro)
     loop = tuned_loop(tuned, torch.optim.SGD(tuned.parameters(), lr=1.0))
-    for x, y in tuned_loader(dataset, batch_size=12, loop=loop):
-        with loop.step():
-            loss_sum = token_loss(loop.model, x, y, reduction="sum")
-        loop.backward(loss_sum, num_items=(y != -100).sum())
-    assert loop.stats().steps == 1
+    for batch in tuned_loader(dataset, batch_size=12, loop=loop):
+        loss = loop.train_step(batch, lambda b: token_loss(loop.model, *b, reduction="sum"),
+                               num_items=(batch[1] != -100).sum())
+    assert loop.stats().steps == 1 and loop.applied_micro_batch == micro
+    torch.testing.assert_close(loss, expected.detach())  # what the plain loop backpropagates
     assert_close_parameters(parameters(tuned), parameters(plain))
 
 
-def test_num_items_on_some_micro_steps_only_is_refused(write_settings):
-    write_settings(micro_batch_size=5)
-    model = torch.nn.Linear(4, 3)
-    loop = tuned_loop(model, torch.optim.SGD(model.parameters(), lr=1.0))
-    batches = iter(tuned_loader(token_batches(), batch_size=12, loop=loop))
-    x, y = next(batches)
-    loop.backward(token_loss(model, x, y, reduction="sum"), num_items=(y != -100).sum())
-    x, y = next(batches)
-    with pytest.raises(ValueError, match="pass num_items to every loop.backward"):
-        loop.backward(token_loss(model, x, y))
+@pytest.mark.parametrize("micro", [None, 7])
+def test_sum_reduced_loss_keeps_its_meaning(write_settings, micro):
+    """A ``reduction='sum'`` loss (the VAE pattern): same gradient split or not."""
+    _, plain_params = plain_sum_run()
+    if micro:
+        write_settings(micro_batch_size=micro)
+    model = make_model()
+    loop = tuned_loop(model, torch.optim.SGD(model.parameters(), lr=0.01))
+    for batch in tuned_loader(make_dataset(40), batch_size=20, loop=loop):
+        loop.train_step(batch, lambda b: F.cross_entropy(loop.model(b[0]), b[1], reduction="sum"),
+                        reduction="sum")
+    assert loop.applied_micro_batch == micro
+    assert_close_parameters(parameters(model), plain_params)
+
+
+def plain_sum_run():
+    model = make_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    for x, y in DataLoader(make_dataset(40), batch_size=20):
+        optimizer.zero_grad()
+        F.cross_entropy(model(x), y, reduction="sum").backward()
+        optimizer.step()
+    return None, parameters(model)
 
 
 def test_clipping_matches_plain_clip(write_settings):
-    write_settings(micro_batch_size=10)
+    write_settings(micro_batch_size=10)  # clips the whole batch's gradient, after the pieces
     model, reference = make_model(), make_model()
     x, y = make_dataset(40).tensors
     plain_optimizer = torch.optim.SGD(reference.parameters(), lr=1.0)
@@ -148,10 +184,10 @@ def test_clipping_matches_plain_clip(write_settings):
     plain_optimizer.step()
 
     loop = tuned_loop(model, torch.optim.SGD(model.parameters(), lr=1.0))
-    for xb, yb in tuned_loader(make_dataset(40), batch_size=40, loop=loop):
-        with loop.step():
-            loss = F.cross_entropy(loop.model(xb), yb)
-        loop.backward(loss, max_grad_norm=0.01)
+    for batch in tuned_loader(make_dataset(40), batch_size=40, loop=loop):
+        loop.train_step(batch, lambda b: F.cross_entropy(loop.model(b[0]), b[1]),
+                        max_grad_norm=0.01)
+    assert loop.applied_micro_batch == 10
     assert_close_parameters(parameters(model), parameters(reference))
 
 

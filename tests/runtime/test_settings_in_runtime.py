@@ -12,15 +12,13 @@ from tuneup.settings import TuneupWarning, fingerprint
 
 
 def contract_example(dataset, model, optimizer) -> list[float]:
-    """The issue's contract, verbatim apart from collecting the losses."""
+    """The documented contract (docs/runtime.md), apart from collecting the losses."""
     losses = []
-    loop = tuned_loop(model, optimizer)                      # applies compile mode, AMP dtype, accumulation, threads
+    loop = tuned_loop(model, optimizer)                      # compile mode, AMP dtype, micro-batch, threads
     loader = tuned_loader(dataset, batch_size=256, shuffle=True, loop=loop)   # any DataLoader keyword
-    for x, y in loader:                                      # batches arrive on loop.device
-        with loop.step():                                    # autocast; one micro-step
-            loss = torch.nn.functional.cross_entropy(loop.model(x), y)
-        loop.backward(loss)                                  # scaling, division by accumulation, optimizer step + zero_grad at the boundary
-        losses.append(loss.item())
+    for x, y in loader:                                      # the DataLoader's batches, on loop.device
+        loss = loop.train_step((x, y), lambda b: torch.nn.functional.cross_entropy(loop.model(b[0]), b[1]))
+        losses.append(loss.item())                           # once per batch, split or not
     return losses
 
 
@@ -46,7 +44,7 @@ def test_contract_example_with_a_settings_file(write_settings, no_warnings):
     finally:
         torch.set_num_threads(threads)
         torch.set_float32_matmul_precision("highest")
-    assert len(losses) == 3 + 3 + 1  # 256 = 100+100+56 twice, then 88
+    assert len(losses) == 3  # 256 = 100+100+56 twice, then 88: split inside train_step
     assert all(torch.isfinite(p).all() for p in model.parameters())
 
 
@@ -74,8 +72,9 @@ def test_settings_path_override_with_any_file_name(tmp_path, monkeypatch, write_
     elsewhere.write_text((tmp_path / "train.tuneup.json").read_text())
     (tmp_path / "train.tuneup.json").unlink()
     monkeypatch.setenv("TUNEUP_SETTINGS", str(elsewhere))
+    assert apply.settings_knobs().micro_batch_size == 64
     losses, _ = run_contract()
-    assert len(losses) == 4 + 4 + 2
+    assert len(losses) == 3
 
 
 def test_missing_override_file_warns(tmp_path, monkeypatch):

@@ -1,5 +1,10 @@
 """Nested batches: how many samples they hold, splitting them into micro-batches, moving them.
 
+Which dimension holds the samples is never guessed: a batch is split only when its first
+dimension equals the sample count the ``tuned_loader`` that yielded it expects (the
+loader notes it with :func:`note_expected`). A sequence-first ``(T, B)`` batch, a packed
+batch or one made outside a tuned loader is trained whole.
+
 A batch is what a DataLoader yields: a tensor, or a tuple / list / namedtuple / mapping of
 batches. A list or tuple of plain values (``str``, ``int``, ...) as long as the batch is
 per-sample data (what ``default_collate`` makes of strings) and is sliced like a tensor.
@@ -17,6 +22,36 @@ _PLAIN = (str, bytes, int, float, bool, type(None))
 
 class UnsplittableBatch(ValueError):
     """The batch holds something that cannot be cut into micro-batches; says what."""
+
+
+_expected: int | None = None  # samples in the batch a tuned_loader yielded last
+
+
+def note_expected(samples: int | None) -> None:
+    """The sample count of the batch a tuned loader is about to yield (None: unknown)."""
+    global _expected
+    _expected = samples
+
+
+def split_plan(batch: Any, size: int) -> list[tuple[Any, float]]:
+    """``batch`` cut into pieces of ``size`` samples, each with its share of the samples.
+
+    Raises :class:`UnsplittableBatch`, saying why, unless the batch's first dimension is
+    the one its loader counted samples in.
+    """
+    expected = _expected
+    if expected is None:
+        raise UnsplittableBatch("the batch does not come from a tuned_loader with a batch "
+                                "size, so which dimension holds the samples is unknown")
+    total = batch_size_of(batch)
+    if total != expected:
+        raise UnsplittableBatch(
+            f"its first dimension ({total}) is not the loader's {expected} samples "
+            "(sequence-first or packed batches are not split)")
+    if size >= total:
+        return [(batch, 1.0)]
+    parts = split_batch(batch, size)
+    return [(part, min(size, total - index * size) / total) for index, part in enumerate(parts)]
 
 
 def batch_size_of(batch: Any) -> int | None:

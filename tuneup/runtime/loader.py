@@ -1,22 +1,32 @@
-"""``tuned_loader``: a DataLoader with the tuned loader knobs that feeds micro-batches to a loop."""
+"""``tuned_loader``: a DataLoader with the tuned loader knobs, timed, yielding the user's batches.
+
+It never changes which samples a batch holds or how many batches there are: ``len()`` and
+the batches are the inner DataLoader's. Micro-batching happens in the loop
+(:meth:`TunedLoop.train_step`); the loader only notes how many samples each batch should
+hold, so the loop can tell the sample dimension from a sequence-first one.
+"""
 
 from __future__ import annotations
 
 import inspect
 import time
-from collections.abc import Iterator
-from typing import Any
+import types
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset
 
-from tuneup.runtime import apply
-from tuneup.runtime.batches import UnsplittableBatch, batch_size_of, move_to, split_batch
-from tuneup.runtime.loop import TunedLoop
+from tuneup.runtime import apply, hooks
+from tuneup.runtime.batches import batch_size_of, move_to, note_expected
 from tuneup.runtime.telemetry import Stats, Telemetry
 from tuneup.settings import Knobs, store
 
+if TYPE_CHECKING:
+    from tuneup.runtime.loop import TunedLoop
+
 _DATALOADER_SIGNATURE = inspect.signature(DataLoader.__init__)
+_WORKER_ONLY = ("prefetch_factor", "persistent_workers")
 
 
 class TunedLoader:
@@ -24,13 +34,26 @@ class TunedLoader:
     (``dataset``, ``sampler``, ``batch_size``, ...) are the DataLoader's."""
 
     def __init__(self, dataset: Any, user_kwargs: dict[str, Any], *, knobs: Knobs,
-                 loop: TunedLoop | None) -> None:
+                 loop: TunedLoop | None, splits_by_worker: bool | None = None) -> None:
         self.dataset = dataset
         self.loop = loop
         self.user_kwargs = user_kwargs
         self.telemetry = loop.telemetry if loop is not None else Telemetry()
-        self._unsplittable = False
+        self.fixed_reasons = self._fixed_reasons(splits_by_worker)
         self.configure(knobs)
+
+    def _fixed_reasons(self, splits_by_worker: bool | None) -> dict[str, str]:
+        """Knobs that must not be tuned for this loader, each with the reason."""
+        reasons = {name: "passed explicitly to tuned_loader" for name in Knobs.LOADER
+                   if name in self.user_kwargs}
+        if "num_workers" not in reasons and isinstance(self.dataset, IterableDataset):
+            if not (splits_by_worker if splits_by_worker is not None
+                    else _reads_worker_info(type(self.dataset))):
+                reasons["num_workers"] = (
+                    f"{type(self.dataset).__name__} is an IterableDataset that does not split its "
+                    "stream by worker (every worker would yield every sample); pass "
+                    "splits_by_worker=True to tuned_loader if it does")
+        return reasons
 
     def configure(self, knobs: Knobs) -> None:
         """(Re)build the inner DataLoader for ``knobs``; the user's own keywords win."""
@@ -41,51 +64,80 @@ class TunedLoader:
         self._non_blocking = bool(self.dataloader.pin_memory)
 
     def dataloader_kwargs(self, knobs: Knobs) -> dict[str, Any]:
-        """The DataLoader keywords for ``knobs``: tuned values only where the user gave none."""
+        """The DataLoader keywords for ``knobs``: tuned values only where they may apply."""
         tuned = {k: v for k, v in knobs.loader_kwargs().items() if k not in self.user_kwargs}
+        if tuned.get("num_workers") and "num_workers" in self.fixed_reasons:
+            store.warn(f"num_workers={tuned['num_workers']} from the settings is not applied: "
+                       f"{self.fixed_reasons['num_workers']}")
+            del tuned["num_workers"]
         pinning_helps = torch.cuda.is_available() and (
             self.loop is None or self.loop.device.type == "cuda")
         if not pinning_helps:
             tuned.pop("pin_memory", None)
-        workers = self.user_kwargs.get("num_workers", tuned.get("num_workers", 0))
-        if not workers:
-            tuned.pop("prefetch_factor", None)
-            tuned.pop("persistent_workers", None)
+        if not self.user_kwargs.get("num_workers", tuned.get("num_workers", 0)):
+            for name in _WORKER_ONLY:
+                tuned.pop(name, None)
         return {**tuned, **self.user_kwargs}
 
     @property
-    def micro_batch_size(self) -> int | None:
-        """Samples per yielded micro-batch, or None when batches are yielded whole."""
-        if self.loop is None or self._unsplittable or self.dataloader.batch_sampler is None:
-            return None
-        return self.loop.micro_batch_size
+    def shuffles(self) -> bool:
+        """Whether the batch order depends on a random generator (anything but in-order)."""
+        sampler = self.dataloader.sampler
+        return not isinstance(sampler, (torch.utils.data.SequentialSampler,
+                                        torch.utils.data.dataloader._InfiniteConstantSampler))
 
     def __iter__(self) -> Iterator[Any]:
-        probe = self.loop._probe if self.loop is not None else None
-        return probe.iterate(self) if probe is not None else self._iterate()
+        source = self.batches()
+        observers = hooks.current()
+        return source if observers is hooks.NOBODY else observers.batches(self, source)
 
-    def _iterate(self) -> Iterator[Any]:
-        """The inner DataLoader's batches (as micro-batches when linked), timed."""
+    def batches(self, source: Iterable[Any] | None = None) -> Iterator[Any]:
+        """The inner DataLoader's batches (or ``source``'s, e.g. cached ones), timed, moved to
+        a linked loop's device, each noted with the samples it should hold."""
         telemetry = self.telemetry
         clock = time.perf_counter
-        batches = iter(self.dataloader)
-        micro = self.micro_batch_size
-        while True:
-            started = clock()
-            if telemetry.started is None:
-                telemetry.started = started
-            telemetry.latest = started
-            try:
-                batch = next(batches)
-            except StopIteration:
-                return
-            telemetry.data_wait_s += clock() - started
-            if self.loop is None:
-                telemetry.samples += self.samples_in(batch)
-                telemetry.steps += 1
+        iterator = iter(self.dataloader if source is None else source)
+        expect = self._expected_counts()
+        moving = self._device is not None
+        try:
+            while True:
+                started = clock()
+                if telemetry.started is None:
+                    telemetry.started = started
+                telemetry.latest = started
+                try:
+                    batch = next(iterator)
+                except StopIteration:
+                    return
+                telemetry.data_wait_s += clock() - started
+                samples = self.samples_in(batch)
+                telemetry.samples += samples
+                if self.loop is None:
+                    telemetry.steps += 1
+                if moving:
+                    copy_started = clock()
+                    batch = move_to(batch, self._device, self._non_blocking)
+                    telemetry.copy_s += clock() - copy_started
+                note_expected(next(expect, None))
                 yield batch
-            else:
-                yield from self.micro_batches(batch, micro)
+        finally:
+            note_expected(None)
+
+    def _expected_counts(self) -> Iterator[int | None]:
+        """The number of samples each batch of an epoch holds, where the DataLoader fixes it."""
+        batches = self.dataloader.batch_sampler
+        if not isinstance(batches, BatchSampler):
+            return iter(())  # no automatic batching, or the user's own batch_sampler
+        size = batches.batch_size
+        try:
+            total = len(batches.sampler)
+        except TypeError:
+            total = None
+        if total is None or isinstance(self.dataset, IterableDataset):
+            return _repeat(size)  # full batches; a short last one is trained whole
+        full, rest = divmod(total, size)
+        counts = [size] * full + ([rest] if rest and not batches.drop_last else [])
+        return iter(counts)
 
     def samples_in(self, batch: Any) -> int:
         """Samples in one batch from the inner DataLoader."""
@@ -93,47 +145,8 @@ class TunedLoader:
             return 1
         return batch_size_of(batch) or 1
 
-    def micro_batches(self, batch: Any, micro: int | None) -> Iterator[Any]:
-        """Move ``batch`` to the loop's device and yield it in micro-batches of ``micro``,
-        telling the loop each one's share of the samples and where the step boundary is."""
-        loop = self.loop
-        total = self.samples_in(batch)
-        self.telemetry.samples += total
-        if self._device is not None:
-            batch = move_to(batch, self._device, self._non_blocking)
-        parts = None
-        if micro is not None and micro < total and not self._unsplittable:
-            try:
-                parts = split_batch(batch, micro)
-            except UnsplittableBatch as exc:
-                self._unsplittable = True
-                store.warn(f"cannot split this batch into micro-batches of {micro} ({exc}); "
-                           f"training on whole batches without accumulation")
-        if parts is None:
-            loop._share, loop._boundary, loop._split = 1.0, True, False
-            yield batch
-            return
-        loop._split = True
-        last = len(parts) - 1
-        for index, part in enumerate(parts):
-            loop._share = min(micro, total - index * micro) / total
-            loop._boundary = index == last
-            yield part
-
     def __len__(self) -> int:
-        micro = self.micro_batch_size
-        if micro is None:
-            return len(self.dataloader)
-        batches = self.dataloader.batch_sampler
-        if not isinstance(batches, BatchSampler):
-            raise TypeError("len() of a tuned_loader is unknown: its batch_sampler's "
-                            "batches are split into micro-batches")
-        size = len(self.dataset) if isinstance(self.dataset, IterableDataset) else len(batches.sampler)
-        full, rest = divmod(size, batches.batch_size)
-        count = full * -(-batches.batch_size // micro)
-        if rest and not batches.drop_last:
-            count += -(-rest // micro)
-        return count
+        return len(self.dataloader)
 
     def __getattr__(self, name: str) -> Any:
         if name == "dataloader":  # not built yet: avoid recursing
@@ -145,27 +158,60 @@ class TunedLoader:
         return self.telemetry.stats()
 
 
+def _repeat(value: int) -> Iterator[int]:
+    while True:
+        yield value
+
+
+def _reads_worker_info(cls: type) -> bool:
+    """Whether the dataset's own methods call ``get_worker_info()``: the documented way an
+    IterableDataset splits its stream between DataLoader workers (read from the compiled
+    code, so a comment or docstring that names it does not count)."""
+    for klass in cls.__mro__:
+        if klass is IterableDataset or klass.__module__.startswith("torch."):
+            break
+        for member in vars(klass).values():
+            function = getattr(member, "__func__", member)
+            code = getattr(function, "__code__", None)
+            if code is not None and _names(code, "get_worker_info"):
+                return True
+    return False
+
+
+def _names(code: types.CodeType, name: str) -> bool:
+    """``name`` is referenced by ``code`` or a function nested in it."""
+    return name in code.co_names or any(
+        _names(const, name) for const in code.co_consts if isinstance(const, types.CodeType))
+
+
 def tuned_loader(dataset: Any, *args: Any, loop: TunedLoop | None = None,
-                 **kwargs: Any) -> TunedLoader:
+                 splits_by_worker: bool | None = None, **kwargs: Any) -> TunedLoader:
     """A DataLoader over ``dataset`` (same arguments) with the tuned loader knobs.
 
-    Alone, only ``num_workers``, ``pin_memory``, ``prefetch_factor`` and
-    ``persistent_workers`` are tuned, and only those the caller did not pass. With
-    ``loop=``, ``batch_size`` is the effective batch of each optimizer step: batches are
-    split into the tuned micro-batches and arrive on ``loop.device``.
+    Args:
+        dataset, *args, **kwargs: exactly ``DataLoader``'s. A keyword you pass is never
+            tuned (``num_workers=4`` stays 4).
+        loop: a ``tuned_loop`` to move batches to its device (``non_blocking`` when
+            pinned) and to share its telemetry. Optional; create them in any order.
+        splits_by_worker: for an ``IterableDataset``: whether it splits its stream between
+            workers. Tuned workers are applied only when it does (default: detected from
+            its code calling ``get_worker_info()``); otherwise each would yield every sample.
+
+    Tuned: ``num_workers``, ``pin_memory``, ``prefetch_factor``, ``persistent_workers``.
+    Batches, their order and ``len()`` are the DataLoader's. Example::
+
+        loader = tuned_loader(dataset, batch_size=256, shuffle=True)
+        for x, y in loader: ...
     """
     bound = _DATALOADER_SIGNATURE.bind(None, dataset, *args, **kwargs)
     user_kwargs = {k: v for k, v in bound.arguments.items() if k not in ("self", "dataset")}
-    if loop is not None:
-        knobs = loop.knobs
-    elif _probing():
-        knobs = Knobs()
-    else:
-        knobs = apply.settings_knobs()
-    return TunedLoader(dataset, user_kwargs, knobs=knobs, loop=loop)
-
-
-def _probing() -> bool:
-    from tuneup.autotune import child
-
-    return child.driver() is not None
+    hooks.install_from_environment()
+    observers = hooks.current()
+    knobs = apply.settings_knobs() if loop is None else loop.knobs
+    if observers is not hooks.NOBODY and loop is None:
+        knobs = observers.initial_knobs(knobs)
+    loader = TunedLoader(dataset, user_kwargs, knobs=knobs, loop=loop,
+                         splits_by_worker=splits_by_worker)
+    if observers is not hooks.NOBODY:
+        observers.loader_created(loader)
+    return loader

@@ -1,104 +1,254 @@
-"""``tuned_loop``: autocast, accumulation, loss scaling and the optimizer step, from the settings."""
+"""``tuned_loop``: autocast, accumulation, loss scaling and the optimizer step, from the settings.
+
+The user's loop body runs once per batch the loader yields, tuned or not: a micro-batch
+setting is applied *inside* :meth:`TunedLoop.train_step`, which cuts the batch, runs the
+user's loss function on each piece and steps the optimizer once. So ``len(loader)``,
+schedulers, step counters, logging and eval loops see what they see without tuneup.
+"""
 
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING, Any, ContextManager
+import dis
+import functools
+import inspect
+import types
+from collections.abc import Callable
+from typing import Any, ContextManager
 
 import torch
 
-from tuneup.runtime import apply
+from tuneup.runtime import apply, hooks
+from tuneup.runtime.batches import UnsplittableBatch, split_plan
 from tuneup.runtime.telemetry import Stats, Telemetry
-from tuneup.settings import Knobs
+from tuneup.settings import Knobs, SettingsError, store
 
-if TYPE_CHECKING:
-    from tuneup.autotune.child import Driver
+REDUCTIONS = ("mean", "sum")
 
 
 class TunedLoop:
     """Wraps a model and its optimizer; see :func:`tuned_loop` and docs/runtime.md."""
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, *,
-                 knobs: Knobs, scheduler: Any = None, probe: Driver | None = None) -> None:
+                 knobs: Knobs, scheduler: Any = None, strict: bool = False) -> None:
         self.eager_model = model
         self.optimizer = optimizer
         self.scheduler = scheduler
         self.device = _device_of(model)
         self.telemetry = Telemetry()
-        self.stepped = False  # True when the last backward() ended with an optimizer step
-        self._probe = probe
+        self.stepped = False  # True once backward()/train_step() stepped the optimizer
+        self.strict = strict  # knobs that cannot apply raise instead of warning (autotune)
+        self.needs_closure = _step_needs_closure(optimizer)
         self._no_autocast = contextlib.nullcontext()
-        # Set by the loader for every micro-batch it yields: this micro-batch's share of the
-        # samples of its effective batch, whether it is the last one, and whether it is split.
-        self._share = 1.0
-        self._boundary = True
-        self._split = False
-        self._items: Any = 0  # num_items summed over the current effective batch
-        self._counting: bool | None = None  # whether the current effective batch passes them
+        self._warned = False  # the settings' micro-batch was said not to apply
+        self._split_failure: str | None = None  # why splitting was given up, if it was
         self.configure(knobs)
 
     def configure(self, knobs: Knobs) -> None:
-        """Apply ``knobs`` (the autotune child calls this again between trials)."""
-        strict = self._probe is not None
+        """Apply ``knobs``: AMP, compile, process-wide switches (again between autotune trials)."""
         self.knobs = knobs
         self.micro_batch_size = knobs.micro_batch_size
-        self.amp_dtype = apply.resolve_amp(knobs.amp_dtype, self.device, strict)
+        self.amp_dtype = apply.resolve_amp(knobs.amp_dtype, self.device, self.strict)
         self.scaler = apply.make_scaler(self.amp_dtype, self.device)
-        self._model = (apply.compile_model(self.eager_model, knobs.compile_mode, strict)
+        self._model = (apply.compile_model(self.eager_model, knobs.compile_mode, self.strict)
                        if knobs.compile_mode else self.eager_model)
+        if self.scaler is not None and self.needs_closure:
+            self._refuse(f"amp_dtype {knobs.amp_dtype}: a GradScaler cannot step "
+                         f"{type(self.optimizer).__name__}'s closure; training in float32")
+            self.amp_dtype = self.scaler = None
         apply.apply_process_knobs(knobs)
-        self._items, self._counting = 0, None
+        self.applied_micro_batch: int | None = None  # what the last train_step used
+        self.micro_batch_blocked: str | None = None  # why micro-batching cannot apply here
+        self._told: tuple[int | None, str | None] | None = None
+
+    def reset_scaler(self) -> None:
+        """A fresh GradScaler (float16 on CUDA), as after :meth:`configure`."""
+        if self.scaler is not None:
+            self.scaler = apply.make_scaler(self.amp_dtype, self.device)
+
+    def _refuse(self, message: str) -> None:
+        if self.strict:
+            raise SettingsError(message)
+        store.warn(message)
 
     @property
     def model(self) -> torch.nn.Module:
         """The module to call for the forward pass (compiled when the settings say so)."""
         return self._model
 
-    def step(self) -> ContextManager[Any]:
-        """Context for one micro-step's forward pass and loss: autocast when AMP is on."""
-        context = (torch.autocast(self.device.type, dtype=self.amp_dtype)
-                   if self.amp_dtype is not None else self._no_autocast)
-        return context if self._probe is None else self._probe.guard(context)
+    def autocast(self) -> ContextManager[Any]:
+        """``torch.autocast`` for the tuned AMP dtype, or nothing."""
+        if self.amp_dtype is None:
+            return self._no_autocast
+        return torch.autocast(self.device.type, dtype=self.amp_dtype)
 
+    def step(self) -> ContextManager[Any]:
+        """Context for one batch's forward pass and loss: autocast when AMP is on."""
+        observers = hooks.current()
+        if observers is hooks.NOBODY:
+            return self.autocast()
+        stack = contextlib.ExitStack()
+        stack.enter_context(observers.guard(self))
+        stack.enter_context(self.autocast())
+        return stack
+
+    # -- the plain form: the user computes the loss of the whole batch -------------------
     def backward(self, loss: torch.Tensor, *, num_items: int | torch.Tensor | None = None,
                  max_grad_norm: float | None = None) -> None:
-        """Backward for one micro-batch; at the end of the effective batch, the optimizer step.
+        """``loss.backward()``, then clipping, the optimizer step, ``zero_grad`` and the scheduler.
 
-        ``loss`` is a mean over this micro-batch's samples (what most losses return).
-        For token-level losses pass the *sum* over this micro-batch's items as ``loss`` and
-        their count as ``num_items``: the gradient then is that of the mean over all items
-        of the effective batch. ``max_grad_norm`` clips the gradient's norm before the step.
+        Exactly the plain loop, one optimizer step per call. ``loss`` is what you would call
+        ``.backward()`` on; with ``num_items`` it is a *sum* over that many items and the
+        loop backpropagates ``loss / num_items``. Micro-batching needs :meth:`train_step`.
         """
-        if self._probe is None:
-            self._backward(loss, num_items, max_grad_norm)
+        if self.needs_closure:
+            raise TypeError(f"{type(self.optimizer).__name__}.step() needs a closure: use "
+                            "loop.train_step(batch, loss_fn), which builds it")
+        observers = hooks.current()
+        self._note_micro_batching(None, _PLAIN_FORM if self.micro_batch_size else None)
+        with contextlib.nullcontext() if observers is hooks.NOBODY else observers.guard(self):
+            weight = 1.0 if num_items is None else 1.0 / num_items
+            self._backpropagate(loss, weight, observers)
+            self._optimizer_step(max_grad_norm, observers)
+
+    # -- the splittable form: the loop runs the user's loss function -------------------
+    def train_step(self, batch: Any, loss_fn: Callable[[Any], torch.Tensor], *,
+                   reduction: str = "mean", num_items: int | torch.Tensor | None = None,
+                   max_grad_norm: float | None = None) -> torch.Tensor:
+        """One optimizer step on ``batch``: ``loss_fn(batch)`` under autocast, backward, step.
+
+        Args:
+            batch: what the loader yielded (moved to the device or not: your ``loss_fn`` sees
+                it as you pass it, or a piece of it along dimension 0).
+            loss_fn: returns the loss of the batch (or piece) it is given.
+            reduction: ``"mean"`` when ``loss_fn`` averages over samples (most losses),
+                ``"sum"`` when it sums (``reduction="sum"``).
+            num_items: with a ``loss_fn`` that sums over items (tokens), their count in the
+                whole ``batch``: the loop backpropagates ``sum / num_items``.
+            max_grad_norm: clip the gradient's norm before the step.
+
+        Returns:
+            The batch's loss as the plain loop backpropagates it (detached): the mean, the
+            sum, or ``sum / num_items``.
+
+        With a tuned micro-batch the batch is cut into pieces whose gradients add up to the
+        whole batch's (each mean weighted by its share of the samples), so the result is
+        the same as without tuneup, up to float rounding. Without one this is exactly
+        ``loss_fn(batch).backward()`` and the step. Example::
+
+            loss = loop.train_step((x, y), lambda b: F.cross_entropy(loop.model(b[0]), b[1]))
+        """
+        if reduction not in REDUCTIONS:
+            raise ValueError(f"reduction must be one of {REDUCTIONS}, not {reduction!r}")
+        observers = hooks.current()
+        pieces = self._pieces(batch, loss_fn)
+        with contextlib.nullcontext() if observers is hooks.NOBODY else observers.guard(self):
+            if self.needs_closure:
+                return self._closure_step(pieces, loss_fn, reduction, num_items,
+                                          max_grad_norm, observers)
+            try:
+                total = self._accumulate(pieces, loss_fn, reduction, num_items, observers)
+            except BaseException as exc:
+                self.optimizer.zero_grad()  # as in the plain loop: no half-batch gradient left
+                if not self._falls_back(pieces, exc):
+                    raise
+                total = self.train_step(batch, loss_fn, reduction=reduction,
+                                        num_items=num_items, max_grad_norm=max_grad_norm)
+                return total
+            self._optimizer_step(max_grad_norm, observers)
+        return total
+
+    def _falls_back(self, pieces: list[tuple[Any, float]], exc: BaseException) -> bool:
+        """After ``loss_fn`` failed on a piece: train whole batches from now on when the
+        failure may come from the split itself (state sized for the whole batch, e.g. a
+        carried hidden state), so the whole batch is tried once more. Never under autotune,
+        where the failure must show, and never for out-of-memory or interrupts."""
+        if (len(pieces) == 1 or self.strict or not isinstance(exc, Exception)
+                or apply.is_out_of_memory(exc)):
+            return False
+        self._split_failure = (f"loss_fn failed on a micro-batch ({apply.one_line(exc)}); "
+                               "it may hold state sized for the whole batch")
+        return True
+
+    def _pieces(self, batch: Any, loss_fn: Callable[[Any], Any]) -> list[tuple[Any, float]]:
+        """``batch`` as (piece, share of its samples) pairs, and why not split when it is not."""
+        micro, blocked = self.micro_batch_size, None
+        if micro is None:
+            return self._whole(batch, None)
+        if self.needs_closure:
+            blocked = f"{type(self.optimizer).__name__} steps with a closure"
+        elif self._split_failure is not None:
+            blocked = self._split_failure
+        elif (kept := _kept_state(loss_fn)) is not None:
+            blocked = f"loss_fn keeps state between calls ({kept}), which pieces would change"
         else:
-            self._probe.run(self._backward, loss, num_items, max_grad_norm)
+            try:
+                plan = split_plan(batch, micro)
+            except UnsplittableBatch as exc:
+                blocked = str(exc)
+            else:
+                self._note_micro_batching(micro if len(plan) > 1 else None, None)
+                return plan
+        return self._whole(batch, blocked)
 
-    def _backward(self, loss: torch.Tensor, num_items: Any, max_grad_norm: float | None) -> None:
-        counting = num_items is not None
-        if self._counting is None:
-            self._counting = counting
-        elif counting != self._counting:
-            raise ValueError("pass num_items to every loop.backward() of an effective batch "
-                             "or to none of them")
-        if counting:
-            self._items = self._items + num_items
-        elif self._split:
-            loss = loss * self._share
-        if self._probe is not None:
-            self._probe.record_loss(loss, num_items if counting else self._share)
-        (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
-        self.stepped = self._boundary
-        if self._boundary:
-            self._optimizer_step(max_grad_norm)
+    def _whole(self, batch: Any, blocked: str | None) -> list[tuple[Any, float]]:
+        self._note_micro_batching(None, blocked)
+        return [(batch, 1.0)]
 
-    def _optimizer_step(self, max_grad_norm: float | None) -> None:
-        counting, items = self._counting, self._items
-        self._counting, self._items = None, 0
-        if counting:  # the loss was a sum over items: make it their mean
-            grads = [p.grad for p in self._parameters() if p.grad is not None]
-            if grads:
-                torch._foreach_div_(grads, items)
+    def _note_micro_batching(self, applied: int | None, blocked: str | None) -> None:
+        """Record what micro-batching did; tell observers of a change, and warn once when the
+        settings' value cannot apply here."""
+        self.applied_micro_batch, self.micro_batch_blocked = applied, blocked
+        if self._told == (applied, blocked):
+            return
+        if blocked is not None and not self.strict and not self._warned:
+            self._warned = True
+            store.warn(f"micro_batch_size={self.micro_batch_size} from the settings is not "
+                       f"applied: {blocked}; training on whole batches")
+        self._told = (applied, blocked)
+        observers = hooks.current()
+        if observers is not hooks.NOBODY:
+            observers.micro_batching(self, applied, blocked)
+
+    def _accumulate(self, pieces: list[tuple[Any, float]], loss_fn: Callable[[Any], Any],
+                    reduction: str, num_items: Any, observers: hooks.Observer) -> torch.Tensor:
+        total: Any = None
+        for piece, share in pieces:
+            with self.autocast():
+                loss = loss_fn(piece)
+            if num_items is not None:
+                weight: Any = 1.0 / num_items
+            else:
+                weight = share if reduction == "mean" else 1.0
+            part = self._backpropagate(loss, weight, observers)
+            total = part if total is None else total + part
+        return total
+
+    def _closure_step(self, pieces: list[tuple[Any, float]], loss_fn: Callable[[Any], Any],
+                      reduction: str, num_items: Any, max_grad_norm: float | None,
+                      observers: hooks.Observer) -> torch.Tensor:
+        """Optimizers that re-evaluate the loss (LBFGS): the closure runs the whole batch."""
+        def closure() -> torch.Tensor:
+            self.optimizer.zero_grad()
+            total = self._accumulate(pieces, loss_fn, reduction, num_items, observers)
+            if max_grad_norm is not None:
+                torch.nn.utils.clip_grad_norm_(self._parameters(), max_grad_norm)
+            return total
+
+        total = self.optimizer.step(closure)
+        self._after_step(observers)
+        return total
+
+    def _backpropagate(self, loss: torch.Tensor, weight: Any,
+                       observers: hooks.Observer) -> torch.Tensor:
+        """Backward of ``loss * weight`` (just ``loss`` for weight 1: bit-identical to plain)."""
+        if observers is not hooks.NOBODY:
+            observers.loss(self, loss, weight)
+        scaled = loss if _is_one(weight) else loss * weight
+        (self.scaler.scale(scaled) if self.scaler is not None else scaled).backward()
+        return scaled.detach()
+
+    def _optimizer_step(self, max_grad_norm: float | None, observers: hooks.Observer) -> None:
         if max_grad_norm is not None:
             if self.scaler is not None:
                 self.scaler.unscale_(self.optimizer)
@@ -109,11 +259,15 @@ class TunedLoop:
         else:
             self.optimizer.step()
         self.optimizer.zero_grad()
+        self._after_step(observers)
+
+    def _after_step(self, observers: hooks.Observer) -> None:
         if self.scheduler is not None:
             self.scheduler.step()
+        self.stepped = True
         self.telemetry.steps += 1
-        if self._probe is not None:
-            self._probe.optimizer_stepped()
+        if observers is not hooks.NOBODY:
+            observers.optimizer_stepped(self)
 
     def _parameters(self) -> list[torch.Tensor]:
         return [p for group in self.optimizer.param_groups for p in group["params"]]
@@ -121,6 +275,41 @@ class TunedLoop:
     def stats(self) -> Stats:
         """Input-stall share, samples/s and steps so far (fed by the linked loader)."""
         return self.telemetry.stats()
+
+
+_PLAIN_FORM = "the script computes its loss outside loop.train_step"
+
+
+_STORES = {"STORE_DEREF": "nonlocal", "STORE_GLOBAL": "global", "STORE_ATTR": "attribute"}
+
+
+@functools.lru_cache(maxsize=64)
+def _stored_names(code: types.CodeType) -> str | None:
+    for instruction in dis.get_instructions(code):
+        kind = _STORES.get(instruction.opname)
+        if kind is not None and (kind != "nonlocal" or instruction.argval in code.co_freevars):
+            return f"it assigns {kind} {instruction.argval!r}"
+    return None
+
+
+def _kept_state(loss_fn: Callable[[Any], Any]) -> str | None:
+    """How ``loss_fn`` carries state from one call to the next (a carried RNN state, a
+    counter), read from its code; None when it assigns nothing outside itself."""
+    code = getattr(getattr(loss_fn, "__func__", loss_fn), "__code__", None)
+    return None if code is None else _stored_names(code)
+
+
+def _is_one(weight: Any) -> bool:
+    return isinstance(weight, float) and weight == 1.0
+
+
+def _step_needs_closure(optimizer: torch.optim.Optimizer) -> bool:
+    """True for optimizers whose ``step`` requires a closure (LBFGS)."""
+    try:
+        parameter = inspect.signature(optimizer.step).parameters.get("closure")
+    except (TypeError, ValueError):
+        return False
+    return parameter is not None and parameter.default is inspect.Parameter.empty
 
 
 def _device_of(model: torch.nn.Module) -> torch.device:
@@ -133,17 +322,29 @@ def _device_of(model: torch.nn.Module) -> torch.device:
 
 def tuned_loop(model: torch.nn.Module, optimizer: torch.optim.Optimizer, *,
                scheduler: Any = None) -> TunedLoop:
-    """Wrap ``model`` and ``optimizer`` with the tuned compile mode, AMP dtype and threads.
+    """Wrap ``model`` and ``optimizer`` with the tuned compile mode, AMP dtype, threads and
+    micro-batch size.
+
+    Args:
+        model: your module, already on its device.
+        optimizer: its optimizer.
+        scheduler: a per-step LR scheduler, stepped once per optimizer step (= once per
+            batch). Step per-epoch schedulers yourself, as before.
 
     Without a settings file (or with ``TUNEUP_DISABLE=1``) this is plain PyTorch:
     ``loop.backward(loss)`` is ``loss.backward(); optimizer.step(); optimizer.zero_grad()``.
-    ``scheduler``, when given, steps once per optimizer step.
-    """
-    from tuneup.autotune import child
+    Example::
 
-    probe = child.driver()
-    knobs = Knobs() if probe is not None else apply.settings_knobs()
-    loop = TunedLoop(model, optimizer, knobs=knobs, scheduler=scheduler, probe=probe)
-    if probe is not None:
-        probe.attach_loop(loop)
+        loop = tuned_loop(model, optimizer)
+        for batch in tuned_loader(dataset, batch_size=256, shuffle=True):
+            loop.train_step(batch, lambda b: F.cross_entropy(loop.model(b[0]), b[1]))
+    """
+    hooks.install_from_environment()
+    observers = hooks.current()
+    knobs = apply.settings_knobs()
+    if observers is not hooks.NOBODY:
+        knobs = observers.initial_knobs(knobs)
+    loop = TunedLoop(model, optimizer, knobs=knobs, scheduler=scheduler)
+    if observers is not hooks.NOBODY:
+        observers.loop_created(loop)
     return loop

@@ -19,6 +19,7 @@ class Stats:
     samples: int  # samples delivered by the loader
     elapsed_s: float  # from the first batch request to the latest one
     data_wait_s: float  # time spent inside the loader waiting for a batch
+    copy_s: float  # time spent moving batches to the loop's device (host-to-device)
     samples_per_s: float | None
     data_wait_share: float | None  # the input-stall share, 0..1
 
@@ -35,12 +36,13 @@ class Stats:
 class Telemetry:
     """Counters the loader updates per batch (plain attributes: this is the hot path)."""
 
-    __slots__ = ("started", "latest", "data_wait_s", "samples", "steps")
+    __slots__ = ("started", "latest", "data_wait_s", "copy_s", "samples", "steps")
 
     def __init__(self) -> None:
         self.started: float | None = None
         self.latest = 0.0
         self.data_wait_s = 0.0
+        self.copy_s = 0.0
         self.samples = 0
         self.steps = 0
         if os.environ.get(ENV_VERBOSE, "").strip() not in ("", "0"):
@@ -50,7 +52,7 @@ class Telemetry:
         elapsed = self.latest - self.started if self.started is not None else 0.0
         return Stats(
             steps=self.steps, samples=self.samples, elapsed_s=elapsed,
-            data_wait_s=self.data_wait_s,
+            data_wait_s=self.data_wait_s, copy_s=self.copy_s,
             samples_per_s=self.samples / elapsed if elapsed > 0 else None,
             data_wait_share=min(1.0, self.data_wait_s / elapsed) if elapsed > 0 else None,
         )
