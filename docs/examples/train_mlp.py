@@ -74,9 +74,7 @@ def main(argv: list[str] | None = None) -> None:
     step, samples, started = 0, 0, time.perf_counter()
     while step < args.steps:
         for features, labels in loader:
-            with loop.step():
-                loss = nn.functional.cross_entropy(loop.model(features), labels)
-            loop.backward(loss)
+            loss = loop.train_step((features, labels), lambda batch: compute_loss(loop.model, batch))
             step += 1
             samples += len(labels)
             if step >= args.steps:
