@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from tuneup.settings import Knobs, SettingsError, fingerprint, store
+from tuneup.settings import Knobs, SettingsError, store
 
 _cache: dict[tuple, Knobs] = {}
 
@@ -45,6 +45,8 @@ def _load_knobs() -> Knobs:
         return Knobs()
     if not settings.fingerprint:
         return settings.knobs
+    from tuneup.settings import fingerprint  # probes the machine: only for a stamped file
+
     try:
         changed = fingerprint.differences(settings.fingerprint, fingerprint.current())
     except Exception as exc:  # a probe failure must never stop training
