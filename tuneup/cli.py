@@ -1,14 +1,21 @@
-"""The ``tuneup`` command line: one group, one sub-command per entry point."""
+"""The ``tuneup`` command line: one group, one sub-command per entry point, and the one place
+where errors become a line on stderr and an exit code (see :mod:`tuneup.errors`)."""
 
 from __future__ import annotations
+
+import sys
+from typing import Any
 
 import click
 
 from tuneup import __version__
+from tuneup.errors import EXIT_INTERRUPTED, EXIT_USAGE, TuneupError
 
 
 class LazyGroup(click.Group):
     """Imports a sub-command only when it runs, so ``tuneup doctor --from`` stays torch-free."""
+
+    invoked: str | None = None  # the sub-command being run: errors name it
 
     COMMANDS = {
         "doctor": ("tuneup.doctor.command", "doctor", "Check driver, CUDA, cuDNN, NCCL, the PyTorch build and the GPU against each other."),
@@ -21,6 +28,7 @@ class LazyGroup(click.Group):
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         if name not in self.COMMANDS:
             return None
+        self.invoked = name
         module, attr, _ = self.COMMANDS[name]
         return getattr(__import__(module, fromlist=[attr]), attr)
 
@@ -28,6 +36,39 @@ class LazyGroup(click.Group):
         rows = [(name, help_) for name, (_, _, help_) in self.COMMANDS.items()]
         with formatter.section("Commands"):
             formatter.write_dl(rows)
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        """Run with click's own error handling off, then map every outcome to one exit."""
+        kwargs.setdefault("standalone_mode", False)
+        self.invoked = None
+        try:
+            code = super().main(*args, **kwargs)
+        except click.exceptions.Exit as done:
+            code = done.exit_code
+        except click.ClickException as exc:  # usage: one line, never the usage block
+            _say(self.invoked, exc.format_message() + _hint(self.invoked, exc))
+            code = EXIT_USAGE if isinstance(exc, click.UsageError) else exc.exit_code
+        except click.exceptions.Abort:
+            _say(self.invoked, "interrupted")
+            code = EXIT_INTERRUPTED
+        except TuneupError as exc:
+            _say(self.invoked, str(exc))
+            code = exc.exit_code
+        except KeyboardInterrupt:
+            _say(self.invoked, "interrupted")
+            code = EXIT_INTERRUPTED
+        sys.exit(code or 0)
+
+
+def _say(command: str | None, message: str) -> None:
+    prefix = f"tuneup {command}" if command else "tuneup"
+    click.echo(f"{prefix}: {message}", err=True)
+
+
+def _hint(command: str | None, exc: click.ClickException) -> str:
+    if "No such option" in exc.format_message() and command == "autotune":
+        return " (pass the script's own arguments after --)"
+    return ""
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -24,8 +24,14 @@ def test_autotune_the_mlp_example(tmp_path):
     summary = json.loads(result.stdout)
     trials = {t["id"]: t for t in summary["trials"]}
     assert trials["defaults"]["status"] == "ok" and trials["defaults"]["step_s"] > 0
-    assert "amp=bfloat16" in trials  # the first stage of a compute-bound script
-    assert trials["amp=bfloat16"]["status"] == "ok"
+    # The first stage of a compute-bound script tries bfloat16 where the CPU has it fast;
+    # elsewhere the result says why it did not (measured in the child, not assumed).
+    if "amp=bfloat16" in trials:
+        assert trials["amp=bfloat16"]["status"] == "ok"
+    else:
+        assert any(n.startswith("amp_dtype left alone: this CPU has no fast bfloat16")
+                   for n in summary["notes"])
+    assert summary["confirmed"] in (True, False) and "speedup_interval" in summary
     assert summary["device"] == "cpu" and summary["effective_batch"] == 256
     assert summary["elapsed_s"] <= 40 + 15
     settings = read(output)

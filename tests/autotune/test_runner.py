@@ -8,7 +8,9 @@ import time
 
 import pytest
 
-from tuneup.autotune.runner import Runner, ScriptError, Trial, TrialResult
+from tuneup.autotune.runner import Runner
+from tuneup.autotune.trials import Trial, TrialResult
+from tuneup.errors import ScriptError
 from tuneup.settings import Knobs
 
 
@@ -25,7 +27,7 @@ def test_all_trials_in_one_process(fake_script):
         results = runner.run(trials("a", "b", "c", check=True))
     assert statuses(results) == {"a": "ok", "b": "ok", "c": "ok"}
     assert runner.processes_started == 1
-    assert runner.hardware.effective_batch == 64 and runner.hardware.amp_dtypes == ("bfloat16",)
+    assert runner.facts.effective_batch == 64 and runner.facts.amp_dtypes == ("bfloat16",)
     assert results[1].step_time == pytest.approx(0.02)
     assert results[0].check_losses == [2.3, 2.2, 2.1]
 
@@ -138,7 +140,7 @@ def test_real_wrappers_error_in_the_users_step(tmp_path):
         results = runner.run(plan)
     assert statuses(results) == {"base": "ok", "one": "error", "amp": "ok"}
     assert "refuses one thread" in results[1].message
-    assert runner.hardware.effective_batch == 32 and runner.hardware.dataset_size == 256
+    assert runner.facts.effective_batch == 32 and runner.facts.dataset_size == 256
     assert len(results[0].check_losses) == 3 and results[0].step_time > 0
     assert runner.processes_started == 2
 

@@ -5,23 +5,23 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tuneup.autotune import space
-from tuneup.autotune.space import Hardware
+from tuneup.autotune.space import ScriptFacts
 
-CPU = Hardware(device="cpu", effective_batch=256, amp_dtypes=("bfloat16",), compile_available=True,
+CPU = ScriptFacts(device="cpu", effective_batch=256, amp_dtypes=("bfloat16",), compile_available=True,
                cpu_threads=2, usable_cores=2)
 CUDA = replace(CPU, device="cuda", amp_dtypes=("bfloat16", "float16"), usable_cores=16,
                cpu_threads=16)
 
 
 def test_from_hello_reads_the_event_and_tolerates_junk():
-    hw = Hardware.from_hello({"event": "hello", "device": "cuda:0", "effective_batch": 64,
+    hw = ScriptFacts.from_hello({"event": "hello", "device": "cuda:0", "effective_batch": 64,
                               "dataset_size": None, "amp_dtypes": ["bfloat16", "int3"],
                               "compile_available": True, "cpu_threads": "x", "usable_cores": 8,
                               "fixed_knobs": ["num_workers"]})
-    assert hw == Hardware(device="cuda", effective_batch=64, dataset_size=None,
+    assert hw == ScriptFacts(device="cuda", effective_batch=64, dataset_size=None,
                           amp_dtypes=("bfloat16",), compile_available=True, cpu_threads=8,
                           usable_cores=8, fixed_knobs=("num_workers",))
-    assert Hardware.from_hello({}) == Hardware()
+    assert ScriptFacts.from_hello({}) == ScriptFacts()
 
 
 def test_amp_only_supported_dtypes_and_never_float16_on_cpu():

@@ -1,9 +1,11 @@
 """The autotune child: runs a trial plan inside the user's own training loop.
 
-Active when ``TUNEUP_PROBE=plan.json`` is set (the parent, ``tuneup autotune``, sets it).
-The wrappers hand control here: the loop-linked ``tuned_loader`` iterates through
-:meth:`Driver.iterate`, which switches knobs between windows of the user's steps, times
-them and streams one JSON line per event. See docs/probe-protocol.md.
+``tuneup autotune`` starts the script with ``TUNEUP_PROBE=plan.json`` and names :func:`install`
+in ``TUNEUP_OBSERVERS``; the runtime then calls this observer's hooks. The loader whose batch
+is followed by an optimizer step is the training loader (an eval loader iterated first stays
+plain); from then on its ``for`` loop runs the plan: knobs switch between windows of the
+user's steps, which are timed, and one JSON line per event goes to the results file.
+See docs/probe-protocol.md.
 """
 
 from __future__ import annotations
@@ -11,110 +13,84 @@ from __future__ import annotations
 import atexit
 import contextlib
 import copy
+import ctypes
 import importlib.util
 import json
 import math
 import os
+import pickle
 import shutil
+import signal
 import sys
 import time
 import traceback
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ContextManager, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import psutil
 import torch
 
+from tuneup.autotune import protocol
 from tuneup.doctor import probe
-from tuneup.runtime import apply
+from tuneup.runtime import apply, hooks
 from tuneup.settings import AMP_DTYPES, Knobs
 
 if TYPE_CHECKING:
     from tuneup.runtime.loader import TunedLoader
     from tuneup.runtime.loop import TunedLoop
 
-ENV_PROBE = "TUNEUP_PROBE"
-PROTOCOL = 1
-EXIT_DONE = 0
-EXIT_BAD_PLAN = 2
-EXIT_TRIAL_FAILED = 3
 
-_driver: Driver | None = None
-
-
-def driver() -> Driver | None:
-    """The process's trial driver when ``TUNEUP_PROBE`` is set, else None."""
-    global _driver
-    if _driver is None and os.environ.get(ENV_PROBE):
-        _driver = Driver(read_plan(Path(os.environ[ENV_PROBE])))
-    return _driver
+def install() -> TrialSession | None:
+    """The observer ``TUNEUP_OBSERVERS`` names: a trial session when a plan is given."""
+    path = os.environ.get(protocol.ENV_PROBE)
+    if not path:
+        return None
+    plan = read_plan(Path(path))
+    _die_with_parent(plan.parent_pid)
+    return TrialSession(plan)
 
 
-@dataclass
-class Plan:
-    """The parent's trial plan (docs/probe-protocol.md)."""
-
-    results: Path
-    trials: list[dict[str, Any]]
-    warmup_steps: int = 2
-    measure_steps: int = 6
-    min_measure_seconds: float = 1.0
-    max_measure_steps: int = 50
-    check_steps: int = 3
-    reference: Path | None = None
-
-    @property
-    def reference_path(self) -> Path:
-        return self.reference or self.results.with_name(self.results.name + ".reference.pt")
-
-
-def read_plan(path: Path) -> Plan:
+def read_plan(path: Path) -> protocol.Plan:
     """Parse the plan; a bad one ends the process with exit code 2 and a one-line message."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        if data.get("protocol") != PROTOCOL:
-            raise ValueError(f"protocol {data.get('protocol')!r} is not {PROTOCOL}")
-        trials = data["trials"]
-        if not isinstance(trials, list) or not all(
-                isinstance(t, dict) and isinstance(t.get("id"), str) for t in trials):
-            raise ValueError("'trials' must be a list of objects with a string 'id'")
-        known = {"results", "trials", "warmup_steps", "measure_steps", "min_measure_seconds",
-                 "max_measure_steps", "check_steps", "reference"}
-        plan = Plan(**{k: v for k, v in data.items() if k in known})
-        plan.results = Path(plan.results)
-        plan.reference = Path(plan.reference) if plan.reference else None
-        plan.warmup_steps = max(1, int(plan.warmup_steps))
-        for name in ("measure_steps", "max_measure_steps", "check_steps"):
-            setattr(plan, name, max(0 if name == "check_steps" else 1, int(getattr(plan, name))))
-        plan.min_measure_seconds = float(plan.min_measure_seconds)
-        return plan
+        return protocol.read_plan(path)
     except Exception as exc:
         print(f"tuneup: bad probe plan {path}: {apply.one_line(exc)}", file=sys.stderr, flush=True)
-        os._exit(EXIT_BAD_PLAN)
+        os._exit(protocol.EXIT_BAD_PLAN)
 
 
-class Driver:
+def _die_with_parent(parent_pid: int | None) -> None:
+    """Never outlive ``tuneup autotune``: a parent-death signal (Linux), and a check now in
+    case the parent is already gone; :meth:`TrialSession._step_done` checks again."""
+    if parent_pid is None:
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent_pid:
+        os._exit(protocol.EXIT_TRIAL_FAILED)
+
+
+class TrialSession(hooks.Observer):
     """Runs the plan's trials, one window of the user's steps after another."""
 
-    def __init__(self, plan: Plan) -> None:
+    def __init__(self, plan: protocol.Plan) -> None:
         self.plan = plan
         try:
             self.out = open(plan.results, "a", encoding="utf-8")  # noqa: SIM115 (process-long)
         except OSError as exc:
             print(f"tuneup: cannot write probe results: {apply.one_line(exc)}", file=sys.stderr,
                   flush=True)
-            os._exit(EXIT_BAD_PLAN)
+            os._exit(protocol.EXIT_BAD_PLAN)
         self.defaults = apply.process_defaults()
         self.loop: TunedLoop | None = None
         self.loader: TunedLoader | None = None
+        self.pending: TunedLoader | None = None  # the loader whose batch the user holds
         self.started = False
         self.phase = "idle"  # idle -> (warmup -> measure -> check) per trial
         self.trial_running = False
         self.finite: Any = True
         self.step_loss: Any = 0.0
-        self.step_weight: Any = 0
         self.finished = False
         self.exit_reason = "script-ended"
         self.discontinuity = True  # the next step spans something that is not training
@@ -122,56 +98,78 @@ class Driver:
         self.generation = 0  # bumped whenever the batch source must be reopened
         self.process_steps = 0
         self.reference: dict[str, Any] = {}
+        self.check_losses: list[float] = []
+        self.empty_loader = False  # the last loader iterated before training yielded nothing
         self.process = psutil.Process()
         self._previous_excepthook = sys.excepthook
         sys.excepthook = self._excepthook
         atexit.register(self._at_exit)
 
-    # -- wiring from the runtime -------------------------------------------------------
-    def attach_loop(self, loop: TunedLoop) -> None:
+    # -- hooks the runtime calls --------------------------------------------------------
+    def initial_knobs(self, knobs: Knobs) -> Knobs:
+        return Knobs()  # trials start from PyTorch's defaults, whatever a settings file says
+
+    def loop_created(self, loop: TunedLoop) -> None:
         if self.loop is None:
             self.loop = loop
+            loop.strict = True  # a knob that cannot apply fails its trial, not silently
 
     @contextlib.contextmanager
-    def guard(self, context: ContextManager[Any]) -> Iterator[None]:
-        """``context``, turning any exception of the user's step into a failed trial."""
+    def guard(self, loop: TunedLoop) -> Iterator[None]:
+        """The first training step on a loader's batch starts the plan, before its forward
+        pass, so it already runs under the first trial's knobs (an eval pass under
+        ``no_grad`` does not count). Any exception of the user's step fails the trial."""
         try:
-            with context:
-                yield
+            if (not self.started and self.pending is not None and loop is self.loop
+                    and torch.is_grad_enabled()):
+                self.loader = self.pending
+                self._begin()
+            yield
         except Exception as exc:
             self.fail(exc)
 
-    def run(self, function: Callable[..., None], *args: Any) -> None:
-        try:
-            function(*args)
-        except Exception as exc:
-            self.fail(exc)
-
-    def record_loss(self, contribution: torch.Tensor, weight: Any) -> None:
-        """Called by the loop for every micro-step: the loss it backpropagates and its weight
-        (share of samples, or item count); a step's loss = sum of these / sum of weights."""
-        detached = contribution.detach()
+    def loss(self, loop: TunedLoop, loss: torch.Tensor, weight: Any) -> None:
+        """Every backpropagated loss: finiteness, and in the check phase the step's loss
+        (the sum of ``loss * weight`` over its pieces is the batch's loss)."""
+        if loop is not self.loop:
+            return
+        detached = loss.detach()
         self.finite = self.finite & torch.isfinite(detached).all()
         if self.phase == "check":
-            self.step_loss = self.step_loss + detached.float()
-            self.step_weight = self.step_weight + weight
+            self.step_loss = self.step_loss + detached.float() * weight
 
-    def optimizer_stepped(self) -> None:
+    def optimizer_stepped(self, loop: TunedLoop) -> None:
+        if loop is not self.loop:
+            return
         self.process_steps += 1
         if self.phase == "check":
-            self.check_losses.append(float(self.step_loss / self.step_weight))
-            self.step_loss, self.step_weight = 0.0, 0
+            self.check_losses.append(float(self.step_loss))
+            self.step_loss = 0.0
+
+    def batches(self, loader: TunedLoader, source: Iterator[Any]) -> Iterator[Any]:
+        if self.loader is None:
+            return self._until_training(loader, source)
+        return self._trials() if loader is self.loader else source
 
     # -- the batch stream --------------------------------------------------------------
-    def iterate(self, loader: TunedLoader) -> Iterator[Any]:
-        """The loop-linked loader's batches, while the plan's trials run on them."""
-        if self.loader is not None and loader is not self.loader:
-            yield from loader._iterate()  # a second loader (validation): plain
-            return
-        self.loader = loader
+    def _until_training(self, loader: TunedLoader, source: Iterator[Any]) -> Iterator[Any]:
+        """Plain batches until one is trained on: that loader is the training loader, and
+        the rest of this ``for`` loop runs the plan."""
+        self.empty_loader = True
+        for batch in source:
+            self.empty_loader = False
+            self.pending = loader
+            yield batch
+            self.pending = None
+            if self.loader is loader:
+                source.close()  # type: ignore[attr-defined]
+                self._step_done(0.0, loader.samples_in(batch))
+                yield from self._trials()
+                return
+
+    def _trials(self) -> Iterator[Any]:
+        """The training loader's batches, while the plan's trials run on them."""
         try:
-            if not self.started:
-                self._begin()
             self.discontinuity = True  # the first step of this iteration spans the user's gap
             while True:
                 generation = self.generation
@@ -188,16 +186,16 @@ class Driver:
                         continue
                     fresh = False
                     wait = time.perf_counter() - requested
-                    samples = loader.samples_in(batch)
-                    yield from loader.micro_batches(batch, loader.micro_batch_size)
+                    samples = self.loader.samples_in(batch)
+                    yield batch
                     self._step_done(wait, samples)
         except Exception as exc:
             self.fail(exc)
 
     def _open_source(self) -> Iterator[Any]:
         if self.phase == "check":
-            return iter(self.reference["batches"])
-        return iter(self.loader.dataloader)
+            return self.loader.batches(self.reference["batches"])
+        return self.loader.batches()
 
     # -- trials ------------------------------------------------------------------------
     def _begin(self) -> None:
@@ -205,29 +203,38 @@ class Driver:
         self.phase = "warmup"
         self._hello()
         if not self.plan.trials:
-            self.emit({"event": "done"})
-            self._exit(EXIT_DONE)
+            self.emit({"event": protocol.EVENT_DONE})
+            self._exit(protocol.EXIT_DONE)
         self._load_reference()
         self._start_trial()
 
     def _hello(self) -> None:
         loop, loader = self.loop, self.loader
         bf16 = loop.device.type != "cuda" or torch.cuda.is_bf16_supported()
+        reasons = dict(loader.fixed_reasons)
+        dtypes = [d for d in AMP_DTYPES if apply.amp_problem(d, loop.device.type, bf16) is None]
+        if "bfloat16" in dtypes and loop.device.type == "cpu":
+            slowdown = _cpu_bfloat16_slowdown()
+            if slowdown > SLOW_BFLOAT16:
+                dtypes.remove("bfloat16")
+                reasons["amp_dtype"] = (f"this CPU has no fast bfloat16 (a matmul under bfloat16 "
+                                        f"autocast measured {slowdown:.0f}x slower than float32)")
         self.emit({
-            "event": "hello", "protocol": PROTOCOL, "pid": os.getpid(),
+            "event": protocol.EVENT_HELLO, "protocol": protocol.PROTOCOL, "pid": os.getpid(),
             "device": loop.device.type, "effective_batch": loader.dataloader.batch_size,
-            "dataset_size": _length(loader.dataset),
-            "amp_dtypes": [d for d in AMP_DTYPES if apply.amp_problem(d, loop.device.type, bf16) is None],
+            "dataset_size": _length(loader.dataset), "amp_dtypes": dtypes,
             "compile_available": _compile_available(loop.device),
             "cpu_threads": self.defaults.cpu_threads, "usable_cores": _usable_cores(),
-            "fixed_knobs": sorted(k for k in Knobs.LOADER if k in loader.user_kwargs),
+            "fixed_knobs": sorted(loader.fixed_reasons),
+            "fixed_reasons": reasons,
+            "shuffles": loader.shuffles,
         })
 
     def _load_reference(self) -> None:
         """The state every trial starts from and the batches check losses are computed on,
-        shared by every process of one autotune run through the reference file."""
-        path = self.plan.reference_path
-        if not path.exists():
+        shared by every process of one autotune run through two files, loaded weights-only."""
+        state_path, batches_path = self.plan.reference_paths
+        if not state_path.exists():
             loop = self.loop
             batches = []
             if self.plan.check_steps:
@@ -235,14 +242,17 @@ class Driver:
                     self.loader.dataset, **self.loader.dataloader_kwargs(Knobs()))
                 batches = [batch for batch, _ in zip(plain, range(self.plan.check_steps))]
                 del plain
-            state = {"model": loop.eager_model.state_dict(),
-                     "optimizer": loop.optimizer.state_dict(),
-                     "scheduler": loop.scheduler.state_dict() if loop.scheduler else None,
-                     "batches": batches}
-            temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-            torch.save(state, temporary)
-            os.replace(temporary, path)
-        self.reference = torch.load(path, map_location="cpu", weights_only=False)
+            _save_atomically(batches, batches_path)
+            _save_atomically({"model": loop.eager_model.state_dict(),
+                              "optimizer": loop.optimizer.state_dict(),
+                              "scheduler": loop.scheduler.state_dict() if loop.scheduler else None},
+                             state_path)
+        self.reference = torch.load(state_path, map_location="cpu", weights_only=True)
+        try:
+            self.reference["batches"] = torch.load(batches_path, map_location="cpu",
+                                                   weights_only=True)
+        except pickle.UnpicklingError:  # batches of custom types: no loss checks
+            self.reference["batches"] = []
 
     def _restore(self) -> None:
         loop = self.loop
@@ -252,14 +262,14 @@ class Driver:
             loop.scheduler.load_state_dict(copy.deepcopy(self.reference["scheduler"]))
         loop.optimizer.zero_grad(set_to_none=True)
         loop.eager_model.zero_grad(set_to_none=True)
-        loop.scaler = apply.make_scaler(loop.amp_dtype, loop.device)
+        loop.reset_scaler()
 
     def _start_trial(self) -> None:
         trial = self.plan.trials[self.index]
         self.trial_started = time.perf_counter()
         self.phase = "warmup"
         self.trial_running = True
-        self.emit({"event": "trial_start", "id": trial["id"], "t": time.time()})
+        self.emit({"event": protocol.EVENT_TRIAL_START, "id": trial["id"], "t": time.time()})
         knobs = Knobs.from_dict(trial.get("knobs") or {})
         loop = self.loop
         if loop.knobs.compile_mode or knobs.compile_mode:
@@ -270,19 +280,22 @@ class Driver:
         self.loader.configure(knobs)
         self._restore()
         self.finite = torch.ones((), dtype=torch.bool, device=loop.device)
-        self.step_loss, self.step_weight = 0.0, 0
+        self.step_loss = 0.0
         self.steps = 0
         self.warmup_s: float | None = None
         self.step_times: list[float] = []
         self.step_waits: list[float] = []
         self.step_samples: list[int] = []
-        self.check_losses: list[float] = []
+        self.check_losses = []
         self.peak_rss = 0
         self.generation += 1
 
     def _step_done(self, wait: float, samples: int) -> None:
         now = time.perf_counter()
         self.steps += 1
+        if self.plan.parent_pid is not None and os.getppid() != self.plan.parent_pid:
+            self.exit_reason = "parent-died"
+            self._exit(protocol.EXIT_TRIAL_FAILED)
         if self.loop.device.type == "cpu":
             self.peak_rss = max(self.peak_rss, self.process.memory_info().rss)
         if self.phase == "warmup":
@@ -330,22 +343,25 @@ class Driver:
         measured = sum(self.step_times)
         loop = self.loop
         self.emit({
-            "event": "trial_end", "id": trial["id"], "status": "ok" if finite else "nonfinite",
+            "event": protocol.EVENT_TRIAL_END, "id": trial["id"],
+            "status": protocol.OK if finite else protocol.NONFINITE,
             "samples_per_s": sum(self.step_samples) / measured if measured else None,
             "step_s": measured / len(self.step_times) if self.step_times else None,
             "step_s_all": [round(t, 6) for t in self.step_times],
             "data_wait_share": sum(self.step_waits) / measured if measured else None,
             "warmup_s": self.warmup_s, "steps": self.plan.warmup_steps + len(self.step_times),
-            "check_losses": self.check_losses if trial.get("check") else None,
+            "check_losses": (self.check_losses
+                             if trial.get("check") and self.reference["batches"] else None),
             "peak_memory_bytes": (torch.cuda.max_memory_allocated(loop.device)
                                   if loop.device.type == "cuda" else self.peak_rss),
-            "micro_batch_size": self.loader.micro_batch_size,
+            "micro_batch_size": loop.applied_micro_batch,
+            "micro_batch_blocked": loop.micro_batch_blocked,
         })
         self.trial_running = False
         self.index += 1
         if self.index >= len(self.plan.trials):
-            self.emit({"event": "done"})
-            self._exit(EXIT_DONE)
+            self.emit({"event": protocol.EVENT_DONE})
+            self._exit(protocol.EXIT_DONE)
         self._start_trial()
 
     # -- ending --------------------------------------------------------------------------
@@ -353,16 +369,16 @@ class Driver:
         """Record ``exc`` as the running trial's failure and end the process (exit code 3)."""
         traceback.print_exception(exc, file=sys.stderr)
         self._record_failure(exc)
-        self._exit(EXIT_TRIAL_FAILED)
+        self._exit(protocol.EXIT_TRIAL_FAILED)
 
     def _record_failure(self, exc: BaseException) -> None:
         message = apply.one_line(exc)
         if self.trial_running:
-            status = "oom" if apply.is_out_of_memory(exc) else "error"
-            self.emit({"event": "trial_end", "id": self.plan.trials[self.index]["id"],
+            status = protocol.OOM if apply.is_out_of_memory(exc) else protocol.ERROR
+            self.emit({"event": protocol.EVENT_TRIAL_END, "id": self.plan.trials[self.index]["id"],
                        "status": status, "message": message, "phase": self.phase})
         else:
-            self.emit({"event": "exit", "reason": "error", "message": message})
+            self.emit({"event": protocol.EVENT_EXIT, "reason": "error", "message": message})
         self.finished = True
 
     def _excepthook(self, kind: type[BaseException], exc: BaseException, tb: Any) -> None:
@@ -376,7 +392,7 @@ class Driver:
         if self.finished:
             return
         event: dict[str, Any] = {
-            "event": "exit", "reason": self.exit_reason, "steps": self.process_steps,
+            "event": protocol.EVENT_EXIT, "reason": self.exit_reason, "steps": self.process_steps,
             "trial": self.plan.trials[self.index]["id"] if self.trial_running else None,
         }
         if not self.started:
@@ -389,9 +405,14 @@ class Driver:
 
     def _not_started_reason(self) -> str:
         if self.loop is None:
-            return "the script called tuned_loader but never tuned_loop; autotune needs " \
-                   "tuned_loader(..., loop=tuned_loop(model, optimizer))"
-        return "the script never iterated a tuned_loader(..., loop=loop)"
+            return "the script never called tuned_loop(model, optimizer)"
+        if self.empty_loader:
+            return ("a tuned_loader yielded no batch (a dataset smaller than batch_size with "
+                    "drop_last=True?)")
+        if self.process_steps == 0:
+            return ("the script never finished a step through loop.train_step() or "
+                    "loop.backward()")
+        return "no batch of a tuned_loader was followed by an optimizer step of tuned_loop"
 
     def emit(self, event: dict[str, Any]) -> None:
         self.out.write(json.dumps(event) + "\n")
@@ -406,6 +427,13 @@ class Driver:
 
 
 _END = object()
+SLOW_BFLOAT16 = 3.0  # bfloat16 this many times slower than float32: not worth a trial
+
+
+def _save_atomically(value: Any, path: Path) -> None:
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    torch.save(value, temporary)
+    os.replace(temporary, path)
 
 
 def _length(dataset: Any) -> int | None:
@@ -419,6 +447,27 @@ def _usable_cores() -> int:
     """Whole cores the trials may use: the probe's affinity mask capped by the cgroup quota."""
     cores = probe.probe_cpu().usable_cores
     return max(1, int(cores)) if cores else (os.cpu_count() or 1)
+
+
+def _cpu_bfloat16_slowdown(size: int = 256) -> float:
+    """How many times slower a matmul runs under bfloat16 autocast than in float32 here.
+
+    CPUs without native bfloat16 (no AVX512-BF16 / AMX / ARM BF16) emulate it, tens of
+    times slower: measured, not guessed from flags. About 10 ms where bfloat16 is native.
+    """
+    a, b = torch.randn(size, size), torch.randn(size, size)
+
+    def best_of(repeats: int, dtype: torch.dtype | None) -> float:
+        times = []
+        for _ in range(repeats):
+            started = time.perf_counter()
+            with torch.autocast("cpu", dtype=dtype or torch.bfloat16, enabled=dtype is not None):
+                a @ b
+            times.append(time.perf_counter() - started)
+        return min(times)
+
+    best_of(1, torch.bfloat16)  # first-call set-up
+    return best_of(3, torch.bfloat16) / max(best_of(3, None), 1e-6)
 
 
 def _compile_available(device: torch.device) -> bool:

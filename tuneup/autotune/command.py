@@ -2,65 +2,50 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import math
 import os
 import re
+import signal
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import click
 from rich.console import Console
 
 from tuneup import __version__
 from tuneup.autotune.report import Progress, print_table, to_json
-from tuneup.autotune.runner import Runner, ScriptError
-from tuneup.autotune.search import Options, Outcome, Search, SearchError
+from tuneup.autotune.runner import Runner
+from tuneup.autotune.search import Options, Outcome, Search
 from tuneup.autotune.space import GROUPS
+from tuneup.errors import Interrupted, TuneupError, UsageError
 from tuneup.settings import Measurement, Settings, default_path, save
 
 DEFAULT_BUDGET_S = 300.0
 MIN_BUDGET_S = 10.0
-UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "kib": 2**10, "m": 10**6, "mb": 10**6,
+MIN_MEMORY = 64 * 2**20  # below this a --max-memory is a typo (a missing unit), not a cap
+UNITS = {"b": 1, "k": 10**3, "kb": 10**3, "kib": 2**10, "m": 10**6, "mb": 10**6,
          "mib": 2**20, "g": 10**9, "gb": 10**9, "gib": 2**30, "t": 10**12, "tb": 10**12,
          "tib": 2**40}
-
-
-class OneLineErrors(click.Command):
-    """Usage errors as one line on stderr (exit 2), without the usage block."""
-
-    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        try:
-            return super().parse_args(ctx, args)
-        except click.UsageError as exc:
-            message = exc.format_message()
-            if "No such option" in message:
-                message += " (pass the script's own arguments after --)"
-            fail(ctx, message)
-
-
-def fail(ctx: click.Context, message: str) -> NoReturn:
-    click.echo(f"tuneup autotune: {message}", err=True)
-    ctx.exit(2)
-    raise AssertionError("unreachable")
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)  # handled like Ctrl-C
 
 
 def parse_size(text: str) -> int:
-    """``'8GiB'`` -> 8589934592; raises ValueError on anything else."""
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", text)
+    """``'8GiB'`` -> 8589934592; raises ValueError on anything else (a unit is required)."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]+)\s*", text)
     if not match or match.group(2).lower() not in UNITS:
         raise ValueError(text)
-    size = int(float(match.group(1)) * UNITS[match.group(2).lower()])
-    if size <= 0:
-        raise ValueError(text)
-    return size
+    return int(float(match.group(1)) * UNITS[match.group(2).lower()])
 
 
-def parse_groups(ctx: click.Context, only: str | None, skip: str | None) -> frozenset[str]:
+def parse_groups(only: str | None, skip: str | None) -> frozenset[str]:
     if only and skip:
-        fail(ctx, "use either --only or --skip, not both")
+        raise UsageError("use either --only or --skip, not both")
     chosen = set(GROUPS)
     for option, text in (("--only", only), ("--skip", skip)):
         if text is None:
@@ -68,13 +53,27 @@ def parse_groups(ctx: click.Context, only: str | None, skip: str | None) -> froz
         names = {n.strip() for n in text.split(",") if n.strip()}
         unknown = sorted(names - set(GROUPS))
         if unknown or not names:
-            fail(ctx, f"{option} takes a comma list of {','.join(GROUPS)}"
-                      + (f"; unknown: {','.join(unknown)}" if unknown else ""))
+            raise UsageError(f"{option} takes a comma list of {','.join(GROUPS)}"
+                             + (f"; unknown: {','.join(unknown)}" if unknown else ""))
         chosen = names if option == "--only" else chosen - names
     return frozenset(chosen)
 
 
-@click.command(cls=OneLineErrors, context_settings={"help_option_names": ["-h", "--help"]})
+def parse_memory(text: str | None) -> int | None:
+    if text is None:
+        return None
+    try:
+        size = parse_size(text)
+    except ValueError:
+        raise UsageError(f"--max-memory takes a size with its unit, such as 8GiB or 512MiB "
+                         f"(got {text!r})") from None
+    if size < MIN_MEMORY:
+        raise UsageError(f"--max-memory {text} is below {MIN_MEMORY // 2**20} MiB, too little to "
+                         "train in; did you mean GiB?")
+    return size
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("script", type=click.Path(dir_okay=False, path_type=Path))
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED)
 @click.option("--budget", type=float, default=DEFAULT_BUDGET_S, show_default=True,
@@ -88,10 +87,9 @@ def parse_groups(ctx: click.Context, only: str | None, skip: str | None) -> froz
 @click.option("--max-memory", help="Memory cap for the trials, e.g. 8GiB (host RSS; GPU peak).")
 @click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text",
               show_default=True)
-@click.pass_context
-def autotune(ctx: click.Context, script: Path, script_args: tuple[str, ...], budget: float,
-             output: Path | None, expected_steps: int, only: str | None, skip: str | None,
-             max_memory: str | None, output_format: str) -> None:
+def autotune(script: Path, script_args: tuple[str, ...], budget: float, output: Path | None,
+             expected_steps: int, only: str | None, skip: str | None, max_memory: str | None,
+             output_format: str) -> None:
     """Probe SCRIPT (which uses tuned_loader / tuned_loop) and write its fastest settings.
 
     \b
@@ -99,35 +97,43 @@ def autotune(ctx: click.Context, script: Path, script_args: tuple[str, ...], bud
     Arguments after -- go to the script. See docs/autotune.md.
     """
     if not script.is_file():
-        fail(ctx, f"no such script: {script}")
+        raise UsageError(f"no such script: {script}")
     if not math.isfinite(budget) or budget < MIN_BUDGET_S:
-        fail(ctx, f"--budget must be at least {MIN_BUDGET_S:.0f} seconds (got {budget:g})")
+        raise UsageError(f"--budget must be at least {MIN_BUDGET_S:.0f} seconds (got {budget:g})")
     if expected_steps < 1:
-        fail(ctx, f"--expected-steps must be a positive number of steps (got {expected_steps})")
-    memory = None
-    if max_memory is not None:
-        try:
-            memory = parse_size(max_memory)
-        except ValueError:
-            fail(ctx, f"--max-memory takes a size such as 8GiB or 512MiB (got {max_memory!r})")
-    options = Options(groups=parse_groups(ctx, only, skip), expected_steps=expected_steps,
-                      max_memory_bytes=memory)
+        raise UsageError(f"--expected-steps must be a positive number of steps "
+                         f"(got {expected_steps})")
+    options = Options(groups=parse_groups(only, skip), expected_steps=expected_steps,
+                      max_memory_bytes=parse_memory(max_memory))
     output = output or default_path(script)
     if not writable_dir(output.parent):
-        fail(ctx, f"cannot write settings into {output.parent} (choose another --output)")
+        raise UsageError(f"cannot write settings into {output.parent} (choose another --output)")
     try:
-        result = tune(script, list(script_args), options, budget, output, output_format)
+        with stop_signals_interrupt():
+            result = tune(script, list(script_args), options, budget, output, output_format)
     except KeyboardInterrupt:
-        click.echo(f"tuneup autotune: interrupted; {output} left as it was", err=True)
-        ctx.exit(130)
-    except (ScriptError, SearchError) as exc:
-        click.echo(f"tuneup autotune: {exc}", err=True)
-        ctx.exit(1)
-    except OSError as exc:
-        click.echo(f"tuneup autotune: cannot write {output}: {exc.strerror or exc}", err=True)
-        ctx.exit(1)
+        raise Interrupted(f"interrupted; {output} left as it was", signal.SIGINT) from None
+    except Interrupted as exc:
+        raise Interrupted(f"{exc}; {output} left as it was", exc.exit_code - 128) from None
     if output_format == "json":
         click.echo(json.dumps(result, indent=2))
+    if result.get("error"):
+        raise TuneupError(result["error"])
+
+
+@contextlib.contextmanager
+def stop_signals_interrupt() -> Iterator[None]:
+    """SIGTERM (a scheduler's time limit) and SIGHUP (a dropped ssh session) stop the search
+    the way Ctrl-C does: the runner's clean-up kills the child's tree and removes its files."""
+    def stop(signum: int, frame: Any) -> None:
+        raise Interrupted(f"stopped by {signal.Signals(signum).name}", signum)
+
+    previous = {signum: signal.signal(signum, stop) for signum in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def writable_dir(folder: Path) -> bool:
@@ -140,7 +146,8 @@ def writable_dir(folder: Path) -> bool:
 
 def tune(script: Path, script_args: list[str], options: Options, budget: float, output: Path,
          output_format: str) -> dict[str, Any]:
-    """Run the search, write the settings, show the result; returns the JSON summary."""
+    """Run the search, write the settings, show the result; returns the JSON summary (with an
+    ``error`` when the settings could not be written: the result is never lost)."""
     busy = busy_note()
     started = time.monotonic()
     err = Console(stderr=True)
@@ -149,7 +156,7 @@ def tune(script: Path, script_args: list[str], options: Options, budget: float, 
         quiet = output_format == "json" and not err.is_terminal
         progress = Progress(err, runner.time_left, quiet=quiet)
         search = Search(runner, options, on_best=progress.best, on_stage=progress.stage)
-        runner.timeout = search.timeout
+        runner.timeout = search.budget.timeout
         runner.on_trial_start = progress.trial_started
         runner.on_trial_end = progress.trial_finished
         with progress:
@@ -157,10 +164,29 @@ def tune(script: Path, script_args: list[str], options: Options, budget: float, 
     elapsed = time.monotonic() - started
     if busy:
         outcome.notes.append(busy)
-    save(settings_for(outcome, script), output)
+    written, error = write_settings(settings_for(outcome, script), output)
     if output_format == "text":
-        print_table(Console(), outcome, output, elapsed)
-    return to_json(outcome, script, output, elapsed, budget)
+        print_table(Console(), outcome, written, elapsed)
+    result = to_json(outcome, script, written, elapsed, budget)
+    if error:
+        result["error"] = error
+    return result
+
+
+def write_settings(settings: Settings, output: Path) -> tuple[Path | None, str | None]:
+    """Save to ``output``; when that fails (full disk, read-only), keep a copy in the temp
+    directory and say where. Returns (where it was written, the error or None)."""
+    try:
+        save(settings, output)
+        return output, None
+    except OSError as exc:
+        problem = f"cannot write {output} ({exc.strerror or exc})"
+    fallback = Path(tempfile.gettempdir()) / f"{output.name}.{os.getpid()}"
+    try:
+        save(settings, fallback)
+    except OSError:
+        return None, f"{problem}; the chosen knobs are printed above, copy them by hand"
+    return fallback, f"{problem}; a copy is in {fallback}: move it to {output}"
 
 
 def busy_note(threshold: float = 25.0) -> str | None:
@@ -183,8 +209,9 @@ def settings_for(outcome: Outcome, script: Path) -> Settings:
         measured=Measurement(
             baseline_samples_per_s=round(outcome.baseline_samples_per_s, 2),
             tuned_samples_per_s=round(outcome.tuned_samples_per_s, 2),
-            effective_batch_size=outcome.hardware.effective_batch,
-            device=outcome.hardware.device,
+            effective_batch_size=outcome.facts.effective_batch,
+            device=outcome.facts.device,
+            confirmed=outcome.confirmed,
         ),
         fingerprint=fingerprint.current(),
         script=str(script.resolve()),

@@ -8,11 +8,12 @@ from typing import Any
 
 from rich.console import Console
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from tuneup.autotune.runner import Trial, TrialResult
 from tuneup.autotune.search import Outcome
+from tuneup.autotune.trials import Trial, TrialResult
 from tuneup.autotune.space import default_value
 
 
@@ -74,7 +75,7 @@ def knob_rows(outcome: Outcome) -> list[tuple[str, Any, Any]]:
     """(knob, PyTorch default, chosen) for every knob; chosen equals default when untouched."""
     rows = []
     for name, value in outcome.knobs.to_dict().items():
-        default = default_value(name, outcome.hardware)
+        default = default_value(name, outcome.facts)
         rows.append((name, default, default if value is None else value))
     return rows
 
@@ -85,11 +86,14 @@ def to_json(outcome: Outcome, script: Path, output: Path | None, elapsed_s: floa
     return {
         "script": str(script),
         "settings": str(output) if output else None,
-        "device": outcome.hardware.device,
-        "effective_batch": outcome.hardware.effective_batch,
+        "device": outcome.facts.device,
+        "effective_batch": outcome.facts.effective_batch,
         "baseline_samples_per_s": round(outcome.baseline_samples_per_s, 2),
         "tuned_samples_per_s": round(outcome.tuned_samples_per_s, 2),
         "speedup": round(outcome.speedup, 3),
+        "speedup_interval": ([round(v, 3) for v in outcome.speedup_interval]
+                             if outcome.speedup_interval else None),
+        "confirmed": outcome.confirmed,
         "knobs": {name: {"default": default, "chosen": chosen}
                   for name, default, chosen in knob_rows(outcome)},
         "settings_knobs": outcome.knobs.to_dict(),
@@ -123,10 +127,10 @@ def print_table(console: Console, outcome: Outcome, output: Path | None, elapsed
         style = "bold green" if chosen != default else ""
         table.add_row(name, _show(default), Text(_show(chosen), style=style))
     console.print(table)
-    hw = outcome.hardware
+    hw = outcome.facts
     console.print(f"samples/s: defaults {outcome.baseline_samples_per_s:,.0f} -> tuned "
                   f"{outcome.tuned_samples_per_s:,.0f}, "
-                  f"speedup [bold]{outcome.speedup:.2f}x[/bold]", highlight=False)
+                  f"speedup [bold]{escape(speedup_text(outcome))}[/bold]", highlight=False)
     console.print(f"({hw.device}, effective batch {hw.effective_batch}, "
                   f"{len(outcome.results)} trials in {elapsed_s:.0f} s)", highlight=False)
     if outcome.rejected:
@@ -138,6 +142,15 @@ def print_table(console: Console, outcome: Outcome, output: Path | None, elapsed
         console.print(f"note: {note}", highlight=False, markup=False)
     if output:
         console.print(f"settings written to {output}", highlight=False, markup=False)
+
+
+def speedup_text(outcome: Outcome) -> str:
+    """``1.61x [1.52, 1.70]`` when confirmed by interleaved re-runs, else marked unconfirmed."""
+    text = f"{outcome.speedup:.2f}x"
+    if outcome.speedup_interval:
+        low, high = outcome.speedup_interval
+        text += f" [{low:.2f}, {high:.2f}]"
+    return text if outcome.confirmed else text + " (unconfirmed)"
 
 
 def _show(value: Any) -> str:

@@ -8,125 +8,32 @@ remaining trials go on in a fresh process.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
+import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tuneup.autotune.space import Hardware
-from tuneup.settings import Knobs
+from tuneup.autotune import protocol
+from tuneup.autotune.protocol import BUDGET, CRASH, ERROR, HANG, OOM, SKIPPED
+from tuneup.autotune.space import ScriptFacts
+from tuneup.autotune.trials import Trial, TrialResult
+from tuneup.errors import ScriptError
+from tuneup.runtime.hooks import ENV_OBSERVERS
 
-ENV_PROBE = "TUNEUP_PROBE"
-PROTOCOL = 1
+WORKDIR_PREFIX = "tuneup-autotune-"  # + the owning pid: stale ones are swept
 POLL_S = 0.05
 MEMORY_POLL_S = 0.25
 STDERR_TAIL_LINES = 12
-# Measurement window of every trial (plan keys of docs/probe-protocol.md).
-PLAN_DEFAULTS = {"warmup_steps": 2, "measure_steps": 9, "min_measure_seconds": 1.5,
-                 "max_measure_steps": 60, "check_steps": 3}
-
-# Statuses a trial can end with. The first four come from the child.
-OK, OOM, ERROR, NONFINITE = "ok", "oom", "error", "nonfinite"
-CRASH, HANG, BUDGET, SKIPPED = "crash", "hang", "budget", "skipped"
-
-
-class ScriptError(Exception):
-    """The script cannot be probed at all (never reached the wrappers, failed on its own)."""
-
-
-@dataclass(frozen=True)
-class Trial:
-    """One point to measure: an id, the knobs, and whether to record check losses."""
-
-    id: str
-    knobs: Knobs
-    check: bool = False
-
-    def plan_entry(self) -> dict[str, Any]:
-        return {"id": self.id, "knobs": self.knobs.to_dict(), "check": self.check}
-
-
-@dataclass
-class TrialResult:
-    """What happened to one trial, from its ``trial_end`` event or from the parent."""
-
-    trial: Trial
-    status: str
-    samples_per_s: float | None = None
-    step_s: float | None = None
-    step_s_all: list[float] = field(default_factory=list)
-    data_wait_share: float | None = None
-    warmup_s: float | None = None
-    check_losses: list[float] | None = None
-    peak_memory_bytes: int | None = None
-    message: str = ""
-
-    @classmethod
-    def from_event(cls, trial: Trial, event: dict[str, Any]) -> TrialResult:
-        def number(key: str) -> float | None:
-            value = event.get(key)
-            return float(value) if _is_number(value) and math.isfinite(value) else None
-
-        losses = event.get("check_losses")
-        peak = event.get("peak_memory_bytes")
-        return cls(
-            trial=trial,
-            status=str(event.get("status") or ERROR),
-            samples_per_s=number("samples_per_s"),
-            step_s=number("step_s"),
-            step_s_all=[float(s) for s in event.get("step_s_all") or [] if _is_number(s) and s > 0],
-            data_wait_share=number("data_wait_share"),
-            warmup_s=number("warmup_s"),
-            check_losses=[_loss(v) for v in losses] if isinstance(losses, list) else None,
-            peak_memory_bytes=int(peak) if _is_number(peak) else None,
-            message=str(event.get("message") or ""),
-        )
-
-    @property
-    def ok(self) -> bool:
-        return self.status == OK and self.step_time is not None
-
-    @property
-    def step_time(self) -> float | None:
-        """Mean optimizer-step time over the measured window.
-
-        The whole window counts: a loader's queue fills while the model is slow and empties
-        in a burst of fast steps, so any selection of "good" steps would flatter it.
-        """
-        if self.step_s is not None:
-            return self.step_s
-        return statistics.fmean(self.step_s_all) if self.step_s_all else None
-
-    @property
-    def noise(self) -> float:
-        """Relative standard error of :attr:`step_time`, from block means of the steps.
-
-        Blocks (2 x workers steps, at least 3) absorb a loader's bursts and stretches of
-        interference that slow neighbouring steps together.
-        """
-        size = max(3, 2 * (self.trial.knobs.num_workers or 0))
-        times = self.step_s_all
-        means = [statistics.fmean(times[i:i + size]) for i in range(0, len(times) - size + 1, size)]
-        if len(means) < 2:
-            return 0.05
-        return max(0.005, statistics.stdev(means) / statistics.fmean(means) / math.sqrt(len(means)))
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _loss(value: Any) -> float:
-    return float(value) if _is_number(value) else math.nan
 
 
 @dataclass
@@ -162,12 +69,9 @@ class _Process:
         return events
 
     def kill(self) -> None:
-        """Kill the whole process group (the script and any DataLoader workers it left)."""
-        try:
-            os.killpg(self.popen.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            if self.popen.poll() is None:
-                self.popen.kill()
+        """Kill the script and every descendant: its process group, and the members of its
+        tree that started a session of their own (found before anything is killed)."""
+        kill_tree(self.popen.pid)
         self.popen.wait()
 
     def stderr_tail(self, lines: int = STDERR_TAIL_LINES) -> str:
@@ -185,6 +89,48 @@ class _Process:
             except ValueError:
                 return f"killed by signal {-code}"
         return f"exit status {code}"
+
+
+def sweep_stale_workdirs() -> list[Path]:
+    """Remove the work directories of autotune runs that died without cleaning up (SIGKILL,
+    power loss): those named for a process that no longer runs. Returns what was removed."""
+    removed = []
+    for folder in Path(tempfile.gettempdir()).glob(f"{WORKDIR_PREFIX}*-*"):
+        owner = folder.name[len(WORKDIR_PREFIX):].split("-", 1)[0]
+        if not owner.isdigit() or _alive(int(owner)) or not folder.is_dir():
+            continue
+        with contextlib.suppress(OSError):
+            if folder.stat().st_uid == os.getuid():
+                shutil.rmtree(folder)
+                removed.append(folder)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL ``pid``, its process group and all its descendants, wherever they moved."""
+    import psutil
+
+    try:
+        members = psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        members = []
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, signal.SIGKILL)
+    for member in members:
+        with contextlib.suppress(psutil.Error):
+            member.kill()
 
 
 def last_line(text: str) -> str:
@@ -218,13 +164,14 @@ class Runner:
         self.timeout = timeout
         self.startup_timeout = startup_timeout
         self.max_memory_bytes = max_memory_bytes
-        self.plan = {**PLAN_DEFAULTS, **(plan or {})}
+        self.window = {**protocol.WINDOW_DEFAULTS, **(plan or {})}
         self.on_trial_start = on_trial_start
         self.on_trial_end = on_trial_end
-        self.hardware: Hardware | None = None
+        self.facts: ScriptFacts | None = None
         self.startup_s: float | None = None  # process start -> first trial_start, measured
         self.processes_started = 0
-        self._workdir = Path(tempfile.mkdtemp(prefix="tuneup-autotune-"))
+        sweep_stale_workdirs()
+        self._workdir = Path(tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-"))
         self._process: _Process | None = None
 
     def time_left(self) -> float:
@@ -235,9 +182,7 @@ class Runner:
         if self._process is not None:
             self._process.kill()
             self._process = None
-        for path in self._workdir.glob("*"):
-            path.unlink(missing_ok=True)
-        self._workdir.rmdir()
+        shutil.rmtree(self._workdir, ignore_errors=True)
 
     def __enter__(self) -> Runner:
         return self
@@ -282,13 +227,17 @@ class Runner:
         n = self.processes_started
         results = self._workdir / f"results-{n}.jsonl"
         plan_path = self._workdir / f"plan-{n}.json"
-        plan = {"protocol": PROTOCOL, "results": str(results),
-                "reference": str(self._workdir / "reference.pt"), **self.plan,
-                "trials": [t.plan_entry() for t in trials]}
-        plan_path.write_text(json.dumps(plan, indent=1), encoding="utf-8")
+        plan = protocol.Plan(results=results, trials=[t.plan_entry() for t in trials],
+                             reference=self._workdir / "reference.pt", parent_pid=os.getpid(),
+                             **self.window)
+        plan_path.write_text(plan.to_json(), encoding="utf-8")
         results.touch()
         stderr = self._workdir / f"stderr-{n}.txt"
-        env = {**os.environ, ENV_PROBE: str(plan_path)}
+        scratch = self._workdir / "tmp"  # the child's TMPDIR: removed with the work directory
+        scratch.mkdir(exist_ok=True)
+        env = {**os.environ, protocol.ENV_PROBE: str(plan_path),
+               ENV_OBSERVERS: protocol.OBSERVER, "TMPDIR": str(scratch), "TEMP": str(scratch),
+               "TMP": str(scratch)}
         with stderr.open("wb") as err:
             popen = subprocess.Popen(
                 [sys.executable, str(self.script), *self.args],
@@ -319,8 +268,8 @@ class Runner:
                     kind = event.get("event")
                     if kind == "hello":
                         said_hello = True
-                        if self.hardware is None:
-                            self.hardware = Hardware.from_hello(event)
+                        if self.facts is None:
+                            self.facts = ScriptFacts.from_hello(event)
                     elif kind == "trial_start" and event.get("id") in by_id:
                         current = by_id[event["id"]]
                         if self.startup_s is None:
@@ -347,12 +296,12 @@ class Runner:
                     last_memory_check = now
                 if failure is not None:
                     process.kill()
-                    if not said_hello and self.hardware is None and failure.status == HANG:
+                    if not said_hello and self.facts is None and failure.status == HANG:
                         raise ScriptError(self._never_called_message(process, failure.message))
                     return finished + [failure], False
                 time.sleep(POLL_S)
             if not said_hello:
-                if self.hardware is None:
+                if self.facts is None:
                     raise ScriptError(self._never_called_message(process, exit_message))
                 return [self._crash(pending[0], process, exit_message)], False
             unfinished = current is not None and all(r.trial.id != current.id for r in finished)

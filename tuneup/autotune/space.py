@@ -1,4 +1,4 @@
-"""The knobs' candidate values on one machine, from the facts the child's ``hello`` reports."""
+"""The knobs' candidate values for one script on one machine, from the child's ``hello``."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ MIN_MICRO_BATCH = 8
 
 
 @dataclass(frozen=True)
-class Hardware:
-    """What the child reported about the device and the script's loader."""
+class ScriptFacts:
+    """What the child reported about the script (its loader and batch) and its device."""
 
     device: str = "cpu"
     effective_batch: int = 1
@@ -26,12 +26,16 @@ class Hardware:
     compile_available: bool = False
     cpu_threads: int = 1  # torch's default intra-op thread count in the child
     usable_cores: int = 1
-    fixed_knobs: tuple[str, ...] = ()  # loader keywords the script passes itself (they win)
+    fixed_knobs: tuple[str, ...] = ()  # knobs the tuner must leave alone
+    fixed_reasons: tuple[tuple[str, str], ...] = ()  # (knob, why), for the result's notes
+    shuffles: bool = True  # the loader's order depends on a random generator
 
     @classmethod
-    def from_hello(cls, event: dict[str, Any]) -> Hardware:
+    def from_hello(cls, event: dict[str, Any]) -> ScriptFacts:
         """Build from a ``hello`` event, tolerating missing or odd fields."""
         cores = _positive_int(event.get("usable_cores")) or 1
+        reasons = event.get("fixed_reasons")
+        reasons = reasons if isinstance(reasons, dict) else {}
         return cls(
             device=str(event.get("device") or "cpu").split(":")[0],
             effective_batch=_positive_int(event.get("effective_batch")) or 1,
@@ -41,6 +45,8 @@ class Hardware:
             cpu_threads=_positive_int(event.get("cpu_threads")) or cores,
             usable_cores=cores,
             fixed_knobs=tuple(str(k) for k in event.get("fixed_knobs") or ()),
+            fixed_reasons=tuple((str(k), str(v)) for k, v in reasons.items()),
+            shuffles=event.get("shuffles") is not False,
         )
 
     @property
@@ -56,17 +62,17 @@ def _positive_int(value: Any) -> int | None:
     return number if number > 0 else None
 
 
-def amp_dtypes(hw: Hardware) -> list[str]:
+def amp_dtypes(hw: ScriptFacts) -> list[str]:
     """Autocast dtypes worth a trial: those the device supports (never float16 on a CPU)."""
     return [d for d in AMP_DTYPES if d in hw.amp_dtypes and (hw.on_cuda or d != "float16")]
 
 
-def matmul_precisions(hw: Hardware) -> list[str]:
+def matmul_precisions(hw: ScriptFacts) -> list[str]:
     """TF32 for float32 matmuls: a CUDA-only knob."""
     return ["high"] if hw.on_cuda else []
 
 
-def micro_batches(hw: Hardware) -> list[int]:
+def micro_batches(hw: ScriptFacts) -> list[int]:
     """Micro-batch sizes that divide the effective batch, largest first (halving, up to /8)."""
     sizes = []
     for parts in (2, 4, 8):
@@ -76,7 +82,7 @@ def micro_batches(hw: Hardware) -> list[int]:
     return sizes
 
 
-def worker_counts(hw: Hardware) -> list[int]:
+def worker_counts(hw: ScriptFacts) -> list[int]:
     """``num_workers`` values above 0, ascending: each count up to 4 cores, then doubling."""
     cores = min(hw.usable_cores, MAX_WORKERS)
     return list(range(1, cores + 1)) if cores <= 4 else _doublings(cores)
@@ -90,7 +96,7 @@ def _doublings(limit: int) -> list[int]:
     return counts + [limit]
 
 
-def thread_counts(hw: Hardware, workers: int) -> list[int]:
+def thread_counts(hw: ScriptFacts, workers: int) -> list[int]:
     """Intra-op thread counts to try besides torch's default, given the loader's workers.
 
     On a CPU run the workers and the main process share the cores, so the candidates are
@@ -101,14 +107,14 @@ def thread_counts(hw: Hardware, workers: int) -> list[int]:
     return [n for n in dict.fromkeys(options) if n != hw.cpu_threads]
 
 
-def compile_modes(hw: Hardware) -> list[str]:
+def compile_modes(hw: ScriptFacts) -> list[str]:
     """Compile modes worth their compile time here (CUDA graphs only on CUDA)."""
     if not hw.compile_available:
         return []
     return ["default", "reduce-overhead"] if hw.on_cuda else ["default"]
 
 
-def default_value(name: str, hw: Hardware) -> Any:
+def default_value(name: str, hw: ScriptFacts) -> Any:
     """What PyTorch does when a knob is left at ``None`` (for the report)."""
     return {
         "num_workers": 0,

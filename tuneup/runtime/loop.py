@@ -141,8 +141,8 @@ class TunedLoop:
         if reduction not in REDUCTIONS:
             raise ValueError(f"reduction must be one of {REDUCTIONS}, not {reduction!r}")
         observers = hooks.current()
-        pieces = self._pieces(batch, loss_fn)
         with contextlib.nullcontext() if observers is hooks.NOBODY else observers.guard(self):
+            pieces = self._pieces(batch, loss_fn)
             if self.needs_closure:
                 return self._closure_step(pieces, loss_fn, reduction, num_items,
                                           max_grad_norm, observers)

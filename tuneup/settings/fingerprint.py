@@ -5,11 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from tuneup.doctor.snapshot import Snapshot
+from tuneup.settings.schema import knob_names
 
 # Knobs that stay right when the machine changes: they cannot change the numbers the
-# model computes and cannot fail on other hardware. Everything else was tuned for one
-# machine and is dropped (back to PyTorch defaults) when the fingerprint differs.
-SAFE_ACROSS_MACHINES = ("pin_memory", "persistent_workers")
+# model computes, nor the data order, and cannot fail on other hardware (declared on each
+# knob). Everything else was tuned for one machine and is dropped (back to PyTorch
+# defaults) when the fingerprint differs.
+SAFE_ACROSS_MACHINES = knob_names(safe_across_machines=True)
 
 
 def from_snapshot(snapshot: Snapshot) -> dict[str, Any]:

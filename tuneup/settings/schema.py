@@ -5,8 +5,9 @@ Every knob defaults to ``None``, which means "leave PyTorch's own default alone"
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from typing import Any, ClassVar
 
 SCHEMA_VERSION = 1
 
@@ -19,22 +20,47 @@ class SettingsError(ValueError):
     """A settings file or value that cannot be used; the message names the problem."""
 
 
-@dataclass
+@dataclass(frozen=True)
+class KnobFacts:
+    """What tuneup knows about one knob, declared once on its field."""
+
+    label: str  # short name in reports and trial ids: "workers=2"
+    group: str  # the autotune group that tunes it (--only / --skip)
+    pytorch_default: Any  # what PyTorch does when the knob is None
+    complexity: int  # weight in "simpler": fewer and lighter changes win ties
+    safe_across_machines: bool = False  # may apply on another machine (settings fingerprint)
+    changes_numerics: bool = False  # may change what the model computes (within tolerance)
+    changes_data_order: bool = False  # may change the order the samples arrive in
+
+
+def _knob(label: str, group: str, pytorch_default: Any, complexity: int, **facts: bool) -> Any:
+    return field(default=None, metadata={"facts": KnobFacts(label, group, pytorch_default,
+                                                            complexity, **facts)})
+
+
+@dataclass(frozen=True)
 class Knobs:
-    """What the autotuner chose. ``None`` = PyTorch default, untouched."""
+    """What the autotuner chose. ``None`` = PyTorch default, untouched. Hashable: equal knobs
+    are the same point of the search."""
 
-    num_workers: int | None = None
-    pin_memory: bool | None = None
-    prefetch_factor: int | None = None
-    persistent_workers: bool | None = None
-    micro_batch_size: int | None = None  # samples per forward/backward; None = the effective batch
-    amp_dtype: str | None = None  # "bfloat16" | "float16"; None = fp32
-    compile_mode: str | None = None  # one of COMPILE_MODES; None = eager
-    cpu_threads: int | None = None  # torch.set_num_threads
-    cudnn_benchmark: bool | None = None
-    float32_matmul_precision: str | None = None  # one of MATMUL_PRECISIONS
+    num_workers: int | None = _knob("workers", "loader", 0, 1)
+    pin_memory: bool | None = _knob("pin_memory", "loader", False, 1, safe_across_machines=True)
+    prefetch_factor: int | None = _knob("prefetch", "loader", 2, 1)
+    # PyTorch's seeded shuffle order changes from the second epoch on with persistent workers
+    persistent_workers: bool | None = _knob("persistent", "loader", False, 1,
+                                            changes_data_order=True)
+    # samples per forward/backward inside loop.train_step; None = the whole batch
+    micro_batch_size: int | None = _knob("micro_batch", "batch", None, 3, changes_numerics=True)
+    amp_dtype: str | None = _knob("amp", "amp", None, 3, changes_numerics=True)  # AMP_DTYPES
+    compile_mode: str | None = _knob("compile", "compile", None, 4, changes_numerics=True)
+    cpu_threads: int | None = _knob("threads", "threads", None, 1)  # torch.set_num_threads
+    cudnn_benchmark: bool | None = _knob("cudnn_benchmark", "compile", False, 1,
+                                         changes_numerics=True)
+    float32_matmul_precision: str | None = _knob("matmul", "amp", "highest", 2,
+                                                 changes_numerics=True)
 
-    LOADER = ("num_workers", "pin_memory", "prefetch_factor", "persistent_workers")
+    LOADER: ClassVar[tuple[str, ...]] = ("num_workers", "pin_memory", "prefetch_factor",
+                                         "persistent_workers")
 
     def loader_kwargs(self) -> dict[str, Any]:
         """The DataLoader keywords this sets (only those not ``None``)."""
@@ -44,7 +70,11 @@ class Knobs:
         return asdict(self)
 
     def replace(self, **changes: Any) -> Knobs:
-        return Knobs(**{**self.to_dict(), **changes})
+        return dataclasses.replace(self, **changes)
+
+    def changed(self) -> dict[str, Any]:
+        """The knobs that are set (not None)."""
+        return {k: v for k, v in self.to_dict().items() if v is not None}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Knobs:
@@ -75,6 +105,20 @@ class Knobs:
             raise SettingsError("prefetch_factor and persistent_workers need num_workers > 0")
 
 
+def knob_facts(name: str) -> KnobFacts:
+    """The facts declared on knob ``name``."""
+    return _FACTS[name]
+
+
+def knob_names(**wanted: Any) -> tuple[str, ...]:
+    """Knobs whose facts match, e.g. ``knob_names(safe_across_machines=True)``."""
+    return tuple(name for name, facts in _FACTS.items()
+                 if all(getattr(facts, key) == value for key, value in wanted.items()))
+
+
+_FACTS = {f.name: f.metadata["facts"] for f in fields(Knobs)}
+
+
 def _check_int(name: str, value: Any, minimum: int) -> None:
     if value is None:
         return
@@ -95,6 +139,7 @@ class Measurement:
     tuned_samples_per_s: float | None = None
     effective_batch_size: int | None = None  # the batch_size the knobs were tuned for
     device: str | None = None  # "cpu", "cuda"
+    confirmed: bool | None = None  # from interleaved re-runs (False: single trials only)
 
     @property
     def speedup(self) -> float | None:

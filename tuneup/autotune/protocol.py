@@ -1,0 +1,92 @@
+"""The parent <-> child contract of ``tuneup autotune``, in one torch-free module.
+
+Both sides import these names: the parent (runner, search) writes plans and reads events,
+the child (``child.py``, inside the user's script) reads plans and writes events. The
+details and every field are in docs/probe-protocol.md.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+PROTOCOL = 1
+ENV_PROBE = "TUNEUP_PROBE"  # the plan's path, set for the child
+OBSERVER = "tuneup.autotune.child:install"  # named in TUNEUP_OBSERVERS for the child
+
+# Exit codes of the child process.
+EXIT_DONE, EXIT_BAD_PLAN, EXIT_TRIAL_FAILED = 0, 2, 3
+
+# Events, one JSON object per line in the results file.
+EVENT_HELLO, EVENT_TRIAL_START, EVENT_TRIAL_END = "hello", "trial_start", "trial_end"
+EVENT_EXIT, EVENT_DONE = "exit", "done"
+
+# How a trial ends. The first four come from the child, the rest from the parent.
+OK, OOM, ERROR, NONFINITE = "ok", "oom", "error", "nonfinite"
+CRASH, HANG, BUDGET, SKIPPED = "crash", "hang", "budget", "skipped"
+
+@dataclass
+class Plan:
+    """What the child runs: where to write, the measuring window, the trials.
+
+    The window's defaults are the ones the parent uses; a plan may set each.
+    """
+
+    results: Path
+    trials: list[dict[str, Any]]
+    warmup_steps: int = 2
+    measure_steps: int = 9
+    min_measure_seconds: float = 1.5
+    max_measure_steps: int = 60
+    check_steps: int = 3
+    reference: Path | None = None  # prefix of the reference files; default beside results
+    parent_pid: int | None = None  # the child ends when its parent is gone
+
+    @property
+    def reference_paths(self) -> tuple[Path, Path]:
+        """(state file, check-batches file) shared by every process of one run."""
+        base = self.reference or self.results.with_name(self.results.name + ".reference.pt")
+        return base, base.with_name(base.name + ".batches")
+
+    def to_json(self) -> str:
+        data = {"protocol": PROTOCOL, "results": str(self.results), "trials": self.trials,
+                **{name: getattr(self, name) for name in WINDOW_KEYS},
+                "parent_pid": self.parent_pid}
+        if self.reference is not None:
+            data["reference"] = str(self.reference)
+        return json.dumps(data, indent=1)
+
+
+WINDOW_KEYS = ("warmup_steps", "measure_steps", "min_measure_seconds", "max_measure_steps",
+               "check_steps")
+WINDOW_DEFAULTS = {name: Plan.__dataclass_fields__[name].default for name in WINDOW_KEYS}
+
+
+def read_plan(path: Path) -> Plan:
+    """Parse and check a plan file; raises ``ValueError`` (or ``OSError``) naming the problem."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    if not isinstance(data, dict):
+        raise ValueError("a plan is a JSON object")
+    if data.get("protocol") != PROTOCOL:
+        raise ValueError(f"protocol {data.get('protocol')!r} is not {PROTOCOL}")
+    trials = data.get("trials")
+    if not isinstance(trials, list) or not all(
+            isinstance(t, dict) and isinstance(t.get("id"), str) for t in trials):
+        raise ValueError("'trials' must be a list of objects with a string 'id'")
+    if not isinstance(data.get("results"), str):
+        raise ValueError("'results' must be a path")
+    parent = data.get("parent_pid")
+    return Plan(
+        results=Path(data["results"]), trials=trials,
+        warmup_steps=max(1, int(data.get("warmup_steps", WINDOW_DEFAULTS["warmup_steps"]))),
+        measure_steps=max(1, int(data.get("measure_steps", WINDOW_DEFAULTS["measure_steps"]))),
+        min_measure_seconds=float(data.get("min_measure_seconds",
+                                           WINDOW_DEFAULTS["min_measure_seconds"])),
+        max_measure_steps=max(1, int(data.get("max_measure_steps",
+                                              WINDOW_DEFAULTS["max_measure_steps"]))),
+        check_steps=max(0, int(data.get("check_steps", WINDOW_DEFAULTS["check_steps"]))),
+        reference=Path(data["reference"]) if data.get("reference") else None,
+        parent_pid=int(parent) if isinstance(parent, int) and not isinstance(parent, bool) else None,
+    )

@@ -1,0 +1,33 @@
+"""The budgeted, staged search: which knobs to try, in what order, and what to keep.
+
+Not a grid. After one baseline trial (plain PyTorch), stages run in order of expected
+impact, each starting from the best settings so far (the *incumbent*) and measuring it
+again in the same process as its candidates, so every comparison is like for like:
+
+* ``amp``      autocast dtypes the device supports (CUDA also TF32 matmuls), loss-checked;
+* ``batch``    smaller micro-batches (same effective batch), early stop; skipped when the
+               script cannot be micro-batched (the child says why);
+* ``loader``   ``num_workers`` upwards with early stop, then ``prefetch_factor`` /
+               ``pin_memory`` where they matter and ``persistent_workers`` from the
+               measured worker start-up (only for loaders that do not shuffle);
+* ``threads``  intra-op threads on a CPU run, where workers and threads share the cores;
+* ``compile``  last and amortised: kept only when the saved step time times the expected
+               steps exceeds the measured compile time, and its losses match eager.
+
+An input-bound baseline visits ``loader`` and ``threads`` first. A stage that found nothing
+is visited again once if later stages moved the incumbent. Finally the winner, the defaults
+and the least certain simplification are re-run interleaved; within noise the simpler
+settings win.
+
+Modules: ``budget`` (what fits), ``judge`` (pure verdicts on measurements), ``stages``
+(the registry), ``confirm``, ``run`` (the orchestration).
+"""
+
+from tuneup.autotune.search.budget import Executor
+from tuneup.autotune.search.judge import Options, Rejection, loss_drift
+from tuneup.autotune.search.labels import complexity, consistent, describe
+from tuneup.autotune.search.outcome import Change, Outcome, SearchError
+from tuneup.autotune.search.run import Search
+
+__all__ = ["Change", "Executor", "Options", "Outcome", "Rejection", "Search", "SearchError",
+           "complexity", "consistent", "describe", "loss_drift"]

@@ -1,0 +1,81 @@
+"""What the search can afford: expected trial times, timeouts, and reserves for later work."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+from tuneup.autotune import protocol, space
+from tuneup.autotune.space import ScriptFacts
+from tuneup.autotune.trials import Trial, TrialResult
+
+COMPILE_GUESS_S = 20.0  # compile-trial overhead assumed before one has been measured
+DEFAULT_STARTUP_S = 5.0
+WINDOW = protocol.WINDOW_DEFAULTS
+
+
+class Executor(Protocol):
+    """Runs trials (the :class:`~tuneup.autotune.runner.Runner`, or recorded timings in tests)."""
+
+    facts: ScriptFacts | None
+    startup_s: float | None
+
+    def run(self, trials: list[Trial],
+            stop: Callable[[TrialResult], bool] | None = None) -> list[TrialResult]: ...
+
+    def time_left(self) -> float: ...
+
+
+class Budget:
+    """Time estimates from what has been measured so far.
+
+    ``typical`` is the result trial times are estimated from (the incumbent's latest run),
+    ``baseline`` the defaults' run; ``reserve_s`` is what the current stage must leave for
+    later ones.
+    """
+
+    def __init__(self, executor: Executor) -> None:
+        self.executor = executor
+        self.baseline: TrialResult | None = None
+        self.typical: TrialResult | None = None
+        self.reserve_s = 0.0
+
+    def time_left(self) -> float:
+        return self.executor.time_left()
+
+    def trial_seconds(self, like: TrialResult | None = None) -> float:
+        """Expected wall time of one trial like ``like`` (default: the incumbent's last one)."""
+        base = like or self.typical or self.baseline
+        step = base.step_time if base and base.step_time else 0.5
+        warmup = base.warmup_s if base and base.warmup_s is not None else 2 * step
+        window = max(WINDOW["min_measure_seconds"], WINDOW["measure_steps"] * step)
+        return warmup + window + (WINDOW["check_steps"] + 1) * step + 0.5
+
+    def timeout(self, trial: Trial) -> float:
+        """Per-trial timeout for the runner: generous, and longer for compile trials."""
+        if self.baseline is None:
+            return 300.0
+        seconds = max(60.0, 10 * self.trial_seconds())
+        return seconds + (600.0 if trial.knobs.compile_mode else 0.0)
+
+    def startup_seconds(self) -> float:
+        return self.executor.startup_s or DEFAULT_STARTUP_S
+
+    def compile_seconds(self) -> float:
+        """Expected cost of one compile stage: a process, two trials and a first compile."""
+        return self.startup_seconds() + 2 * self.trial_seconds() + COMPILE_GUESS_S
+
+    def compile_fits(self, facts: ScriptFacts) -> bool:
+        """Whether a compile stage fits in what is left (it is worth keeping room for)."""
+        left = self.time_left() - self.confirm_reserve() - self.compile_seconds()
+        return bool(space.compile_modes(facts)) and left >= 0
+
+    def confirm_reserve(self) -> float:
+        return self.startup_seconds() + 2 * self.trial_seconds()
+
+    def affordable(self, trials: int, extra_s: float = 0.0) -> int:
+        """How many of ``trials`` fit in the budget after a reserve for one confirmation round
+        (and, in low-impact stages, for the compile stage still to come)."""
+        reserve = self.confirm_reserve() + self.reserve_s
+        left = self.time_left() - reserve - self.startup_seconds() - extra_s
+        return max(0, min(trials, int(left // self.trial_seconds())))

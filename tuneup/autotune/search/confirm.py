@@ -1,0 +1,95 @@
+"""The last step: the pick, the defaults and the least certain simplification re-run
+interleaved in one process, as many rounds as the budget left allows."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import TYPE_CHECKING
+
+from tuneup.autotune.search.labels import describe
+from tuneup.autotune.search.outcome import Outcome
+from tuneup.autotune.search.stages import HEADROOM
+from tuneup.autotune.trials import TrialResult, merge
+from tuneup.settings import Knobs
+
+if TYPE_CHECKING:
+    from tuneup.autotune.search.run import Search
+
+MIN_ROUNDS, MAX_ROUNDS = 2, 8
+T_95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36}  # two-sided t, df
+
+
+def confirm(search: Search) -> Outcome:
+    """Re-run the winner, the defaults and a simpler alternative; within noise the simpler
+    settings win. The speed-up is the median of per-round ratios, with its 95 % interval."""
+    assert search.baseline is not None and search.incumbent_result is not None
+    search.on_stage("confirm")
+    judge, budget = search.judge, search.budget
+    tuned, default = search.incumbent, Knobs()
+    outcome = Outcome(search.facts, tuned, judge.speed(search.baseline),
+                      judge.speed(search.incumbent_result), search.results, search.rejected,
+                      search.notes)
+    if tuned == default:
+        outcome.tuned_samples_per_s = outcome.baseline_samples_per_s
+        return outcome
+    configs = [tuned, default]
+    alternative = simpler_alternative(search)
+    if alternative is not None and alternative != default:
+        configs.append(alternative)
+    per_round = budget.trial_seconds() + (len(configs) - 1) * budget.trial_seconds(
+        search.baseline)
+    rounds = min(MAX_ROUNDS, int((budget.time_left() - budget.startup_seconds()) // per_round))
+    if rounds < MIN_ROUNDS:
+        search.note("confirm: skipped, budget exhausted; the speed-up is UNCONFIRMED "
+                    "(single trials of the stages)")
+        return outcome
+    results = search.measure([search.trial(k) for _ in range(rounds) for k in configs])
+    runs = {k: [r for r in results if r.trial.knobs == k] for k in configs}
+    merged = {k: merge(v) for k, v in runs.items()}
+    tuned_run, default_run = merged[tuned], merged[default]
+    if tuned_run is None or default_run is None:
+        search.note("confirm: re-runs failed; the speed-up is UNCONFIRMED "
+                    "(single trials of the stages)")
+        return outcome
+    winner = tuned_run
+    alt_run = merged.get(alternative) if alternative is not None else None
+    if alt_run is not None and not judge.better(tuned_run, alt_run):
+        search.note(f"confirm: {describe(alternative)} is as fast within noise; "
+                    "keeping the simpler settings")
+        winner = alt_run
+    needs_headroom = any(c.stage == HEADROOM for c in search.changes)
+    if not judge.better(winner, default_run) and not needs_headroom:
+        search.note("confirm: nothing beat PyTorch defaults beyond noise; keeping defaults")
+        winner = default_run
+    outcome.knobs = winner.trial.knobs
+    outcome.tuned_samples_per_s = judge.speed(winner)
+    outcome.baseline_samples_per_s = judge.speed(default_run)
+    outcome.confirmed = True
+    outcome.speedup_interval = ratio_interval(runs[winner.trial.knobs], runs[default])
+    return outcome
+
+
+def ratio_interval(picked: list[TrialResult], defaults: list[TrialResult]
+                   ) -> tuple[float, float] | None:
+    """95 % interval of the speed-up from paired rounds (step-time ratios, log scale)."""
+    logs = [math.log(d.step_time / p.step_time) for p, d in zip(picked, defaults)
+            if p.ok and d.ok and p.step_time and d.step_time]
+    if len(logs) < 2:
+        return None
+    centre = statistics.fmean(logs)
+    half = T_95.get(len(logs) - 1, 2.0) * statistics.stdev(logs) / math.sqrt(len(logs))
+    return math.exp(centre - half), math.exp(centre + half)
+
+
+def simpler_alternative(search: Search) -> Knobs | None:
+    """The incumbent without its least certain change (the one with the smallest gain)."""
+    uncertain = [c for c in search.changes if c.stage not in ("compile", HEADROOM)
+                 and c.gain < 2 * search.options.min_gain + 0.05]
+    if not uncertain:
+        return None
+    change = min(uncertain, key=lambda c: c.gain)
+    undone = {k: getattr(change.before, k) for k, v in change.after.to_dict().items()
+              if getattr(change.before, k) != v}
+    alternative = search.incumbent.replace(**undone)
+    return None if alternative == search.incumbent else alternative

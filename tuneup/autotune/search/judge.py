@@ -1,0 +1,90 @@
+"""Judging results: speed, noise margins, and what disqualifies a trial. Pure functions of
+measurements; recording a rejection is the search's business."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from tuneup.autotune import protocol
+from tuneup.autotune.space import CUDA_GRAPH_MODES, GROUPS, ScriptFacts
+from tuneup.autotune.trials import TrialResult
+
+
+@dataclass
+class Options:
+    groups: frozenset[str] = frozenset(GROUPS)
+    expected_steps: int = 5000
+    loss_tolerance: float = 0.05  # relative distance from the fp32 losses that is accepted
+    min_gain: float = 0.03  # smallest speed-up worth a change, even on a quiet machine
+    max_memory_bytes: int | None = None
+    memory_headroom: float = 0.85  # share of --max-memory a chosen micro-batch may use
+
+
+@dataclass
+class Rejection:
+    trial_id: str
+    reason: str
+
+
+@dataclass
+class Judge:
+    """Compares results of one search: speeds in samples/s of the effective batch."""
+
+    options: Options
+    facts: ScriptFacts = field(default_factory=ScriptFacts)
+    reference_losses: list[float] = field(default_factory=list)
+
+    def speed(self, result: TrialResult) -> float:
+        if result.step_time:
+            return self.facts.effective_batch / result.step_time
+        return result.samples_per_s or 0.0
+
+    def margin(self, a: TrialResult, b: TrialResult) -> float:
+        """Relative difference that counts as real between two measurements."""
+        return max(self.options.min_gain, 2 * math.hypot(a.noise, b.noise))
+
+    def better(self, candidate: TrialResult, reference: TrialResult) -> bool:
+        threshold = self.speed(reference) * (1 + self.margin(candidate, reference))
+        return self.speed(candidate) > threshold
+
+    def within_noise(self, a: TrialResult, b: TrialResult) -> bool:
+        return not self.better(a, b) and not self.better(b, a)
+
+    def versus(self, candidate: TrialResult, reference: TrialResult) -> str:
+        """Why a candidate was not taken: ``slower (-40 %)`` or ``within noise (+6 %)``."""
+        gain = self.speed(candidate) / self.speed(reference) - 1
+        if self.better(reference, candidate):
+            return f"slower ({gain:+.0%})"
+        return f"within noise ({gain:+.1%})"
+
+    def problem(self, result: TrialResult) -> str | None:
+        """Why ``result`` cannot be used — a failure, non-finite or drifting losses, memory
+        over the cap — or None when it can."""
+        if result.status != protocol.OK or result.step_time is None and not result.samples_per_s:
+            return f"{result.status}: {result.message}".rstrip(": ")
+        knobs = result.trial.knobs
+        if result.trial.check:
+            drift = loss_drift(result.check_losses, self.reference_losses)
+            if drift > self.options.loss_tolerance:
+                if result.check_losses and not all(map(math.isfinite, result.check_losses)):
+                    return "loss went non-finite"
+                if drift == math.inf:
+                    return "no comparable check losses"
+                return (f"loss left the fp32 trajectory by {drift:.1%} "
+                        f"(tolerance {self.options.loss_tolerance:.0%})")
+        batch = self.facts.effective_batch
+        accumulating = (knobs.micro_batch_size or batch) < batch
+        if knobs.compile_mode in CUDA_GRAPH_MODES and accumulating and not result.trial.check:
+            return "CUDA graphs with accumulation need the loss check"
+        cap = self.options.max_memory_bytes
+        if cap and result.peak_memory_bytes and result.peak_memory_bytes > cap:
+            return f"peak memory {result.peak_memory_bytes / 2**30:.2f} GiB above --max-memory"
+        return None
+
+
+def loss_drift(losses: list[float] | None, reference: list[float]) -> float:
+    """Largest relative distance of ``losses`` from the reference trajectory (inf if unusable)."""
+    if not losses or len(losses) < len(reference) or not all(map(math.isfinite, losses)):
+        return math.inf
+    return max(abs(a - b) / max(abs(b), 1e-3) for a, b in zip(losses, reference))

@@ -1,0 +1,24 @@
+"""How knobs are named and weighed in the search: trial ids, "simpler", valid combinations."""
+
+from __future__ import annotations
+
+from tuneup.settings import Knobs
+from tuneup.settings.schema import knob_facts
+
+
+def describe(knobs: Knobs) -> str:
+    """Short label of the knobs that differ from PyTorch defaults: ``amp=bfloat16,workers=2``."""
+    parts = [f"{knob_facts(k).label}={v}" for k, v in knobs.changed().items()]
+    return ",".join(parts) or "defaults"
+
+
+def complexity(knobs: Knobs) -> int:
+    """Weight of the changes in ``knobs``: fewer and lighter changes win ties."""
+    return sum(knob_facts(name).complexity for name in knobs.changed())
+
+
+def consistent(knobs: Knobs) -> Knobs:
+    """Drop the worker-only knobs when there are no workers (the schema refuses them)."""
+    if knobs.num_workers:
+        return knobs
+    return knobs.replace(prefetch_factor=None, persistent_workers=None)

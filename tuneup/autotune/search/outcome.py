@@ -1,0 +1,45 @@
+"""What a search produces: its answer, the moves it made, and the error when it cannot run."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tuneup.autotune.search.judge import Rejection
+from tuneup.autotune.space import ScriptFacts
+from tuneup.autotune.trials import TrialResult
+from tuneup.errors import ScriptError
+from tuneup.settings import Knobs
+
+
+class SearchError(ScriptError):
+    """Nothing to tune: the script fails with PyTorch defaults, or no time to measure it."""
+
+
+@dataclass(frozen=True)
+class Change:
+    """One move of the incumbent: which stage, from what, to what, and its measured gain."""
+
+    stage: str
+    before: Knobs
+    after: Knobs
+    gain: float
+
+
+@dataclass
+class Outcome:
+    """The search's answer. ``confirmed``: the speed-up comes from interleaved re-runs of
+    the pick and the defaults, not from the stages' single trials."""
+
+    facts: ScriptFacts
+    knobs: Knobs
+    baseline_samples_per_s: float
+    tuned_samples_per_s: float
+    results: list[TrialResult]
+    rejected: list[Rejection]
+    notes: list[str] = field(default_factory=list)
+    confirmed: bool = False
+    speedup_interval: tuple[float, float] | None = None
+
+    @property
+    def speedup(self) -> float:
+        return self.tuned_samples_per_s / self.baseline_samples_per_s

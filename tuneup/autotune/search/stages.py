@@ -1,0 +1,232 @@
+"""The search's stages: one small function per stage, chosen by name from :data:`STAGES`.
+
+Each stage starts from the search's incumbent, measures it again beside its candidates
+(:meth:`Search.compare`) and adopts the best.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from tuneup.autotune import protocol, space
+from tuneup.autotune.search.budget import COMPILE_GUESS_S
+from tuneup.autotune.search.outcome import SearchError
+from tuneup.autotune.trials import Trial, TrialResult
+from tuneup.settings import Knobs
+
+if TYPE_CHECKING:
+    from tuneup.autotune.search.run import Search
+
+HEADROOM = "batch (memory headroom)"  # a change made for memory, kept whatever its speed
+PREFETCH_WAIT_SHARE = 0.1  # data-wait share left that makes a deeper prefetch worth a trial
+PERSISTENT_STARTUP_SHARE = 0.01  # worker start-up per epoch worth keeping workers alive
+
+STAGES: dict[str, Callable[[Search], None]] = {}
+
+
+def stage(name: str) -> Callable[[Callable[[Search], None]], Callable[[Search], None]]:
+    def register(function: Callable[[Search], None]) -> Callable[[Search], None]:
+        STAGES[name] = function
+        return function
+    return register
+
+
+def measure_baseline(search: Search) -> TrialResult:
+    """PyTorch's defaults, loss-checked. When the user's own batch does not fit in memory,
+    the largest micro-batch that does is the baseline (the effective batch stays theirs)."""
+    (baseline,) = search.measure([search.trial(Knobs(), check=True)])
+    facts = search.executor.facts
+    if facts is not None:
+        search.judge.facts = facts
+        for knob, reason in facts.fixed_reasons:
+            search.note(f"{knob} left alone: {reason}")
+    if baseline.status == protocol.OOM and facts is not None:
+        baseline = _fitting_micro_batch(search, baseline)
+    if not baseline.ok:
+        raise SearchError(f"the script fails with PyTorch defaults ({baseline.status}: "
+                          f"{baseline.message}); fix that before tuning")
+    if baseline.micro_batch_blocked:
+        search.note(f"batch: micro-batching left alone: {baseline.micro_batch_blocked}")
+    return baseline
+
+
+def _fitting_micro_batch(search: Search, failed: TrialResult) -> TrialResult:
+    for size in sorted(space.micro_batches(search.facts), reverse=True):
+        (result,) = search.measure([search.trial(Knobs(micro_batch_size=size), check=True)])
+        if result.ok:
+            search.incumbent = result.trial.knobs
+            search.note(f"baseline: the batch of {search.facts.effective_batch} does not fit "
+                        f"in memory; micro-batches of {size} do (same effective batch)")
+            return result
+        if result.status != protocol.OOM:
+            return result
+    return failed
+
+
+@stage("amp")
+def amp(search: Search) -> None:
+    trials = search.candidates("amp_dtype", list(space.amp_dtypes(search.facts)), check=True)
+    if search.incumbent.amp_dtype is None:
+        trials += search.candidates("float32_matmul_precision",
+                                    list(space.matmul_precisions(search.facts)), check=True)
+    search.compare("amp", trials)
+
+
+@stage("batch")
+def batch(search: Search) -> None:
+    baseline = search.baseline
+    if baseline is not None and baseline.micro_batch_blocked:
+        return
+    trials = search.candidates("micro_batch_size", list(space.micro_batches(search.facts)),
+                               check=True)
+    reference, options = search.incumbent_result, search.options
+    cap = options.max_memory_bytes
+    if cap and reference and reference.peak_memory_bytes and \
+            reference.peak_memory_bytes > cap * options.memory_headroom:
+        _batch_for_headroom(search, trials)
+        return
+    search.compare("batch", trials, stop=stop_when_flat(search))
+
+
+def _batch_for_headroom(search: Search, trials: list[Trial]) -> None:
+    """The incumbent's micro-batch leaves no memory headroom: take the largest that does."""
+    cap = (search.options.max_memory_bytes or 0) * search.options.memory_headroom
+    for result in search.measure(trials):
+        if search.acceptable(result) and (result.peak_memory_bytes or 0) <= cap:
+            search.note(f"batch: micro-batch {result.trial.knobs.micro_batch_size} "
+                        "chosen for memory headroom")
+            assert search.incumbent_result is not None
+            search.adopt(result, search.incumbent_result, HEADROOM)
+            return
+    search.note("batch: no micro-batch keeps the memory headroom")
+
+
+def stop_when_flat(search: Search, patience: int = 1) -> Callable[[TrialResult], bool]:
+    """Early stop for a monotone sweep (the reference comes first): stop at a failure or
+    after ``patience`` steps in a row that do not beat the best so far."""
+    best: list[TrialResult] = []
+    flat = [0]
+
+    def stop(result: TrialResult) -> bool:
+        if not best:
+            best.append(result)
+            return not result.ok
+        if not result.ok:
+            return True
+        if search.judge.better(result, best[0]):
+            best[0], flat[0] = result, 0
+            return False
+        flat[0] += 1
+        return flat[0] >= patience
+
+    return stop
+
+
+@stage("loader")
+def loader(search: Search) -> None:
+    current = search.incumbent.num_workers or 0
+    workers = [n for n in space.worker_counts(search.facts) if n > current]
+    trials = search.candidates("num_workers", workers)
+    sharing = _shares_cores(search)
+    if sharing:  # each count also with the threads the workers leave over
+        trials = [t for trial in trials for t in (trial, *_leftover_threads(search, trial))]
+    if trials:
+        patience = 4 if sharing else 2  # two worker counts in a row without gain
+        search.compare("loader", trials, stop=stop_when_flat(search, patience))
+    if search.incumbent.num_workers and search.incumbent_result is not None:
+        _decide_persistent_workers(search)
+
+
+@stage("loader_extras")
+def loader_extras(search: Search) -> None:
+    """``pin_memory`` on CUDA, a deeper prefetch while the loop still waits for data."""
+    reference = search.incumbent_result
+    if not search.incumbent.num_workers or reference is None:
+        return
+    extra = []
+    if search.facts.on_cuda and search.incumbent.pin_memory is None:
+        extra += search.candidates("pin_memory", [True])
+    still_waiting = (reference.data_wait_share or 0) > PREFETCH_WAIT_SHARE
+    if still_waiting and search.incumbent.prefetch_factor is None:
+        extra += search.candidates("prefetch_factor", [4])
+    search.compare("loader", extra)
+
+
+def _shares_cores(search: Search) -> bool:
+    """A CPU run tuning threads too: workers and intra-op threads compete for the cores."""
+    return (not search.facts.on_cuda and "threads" in search.options.groups
+            and "cpu_threads" not in search.facts.fixed_knobs)
+
+
+def _leftover_threads(search: Search, trial: Trial) -> list[Trial]:
+    """The trial with ``cores - workers`` intra-op threads, when that differs from now."""
+    threads = max(1, search.facts.usable_cores - (trial.knobs.num_workers or 0))
+    current = trial.knobs.cpu_threads or search.facts.cpu_threads
+    if threads == current or ("cpu_threads", threads) in search.banned:
+        return []
+    return [search.trial(trial.knobs.replace(cpu_threads=threads))]
+
+
+def _decide_persistent_workers(search: Search) -> None:
+    """Keep workers alive across epochs when their start-up is a visible share of an epoch
+    and the loader does not shuffle (persistent workers change a seeded shuffle's order)."""
+    result, base, facts = search.incumbent_result, search.baseline, search.facts
+    if (search.incumbent.persistent_workers is not None or result is None or base is None
+            or not facts.dataset_size or result.warmup_s is None or base.warmup_s is None
+            or "persistent_workers" in facts.fixed_knobs):
+        return
+    startup = max(0.0, result.warmup_s - base.warmup_s)
+    steps_per_epoch = max(1, facts.dataset_size // facts.effective_batch)
+    epoch_s = steps_per_epoch * (result.step_time or 0)
+    if not epoch_s or startup / epoch_s <= PERSISTENT_STARTUP_SHARE:
+        return
+    if facts.shuffles:
+        search.note(f"loader: persistent_workers would save a {startup:.2f} s worker start-up "
+                    "per epoch but changes the shuffle order from the second epoch on; "
+                    "not applied (set persistent_workers=True yourself if that is fine)")
+        return
+    search.incumbent = search.incumbent.replace(persistent_workers=True)
+    search.note(f"loader: persistent_workers (worker start-up {startup:.2f} s "
+                f"per {epoch_s:.1f} s epoch)")
+
+
+@stage("threads")
+def threads(search: Search) -> None:
+    if search.facts.on_cuda:
+        return
+    counts = space.thread_counts(search.facts, search.incumbent.num_workers or 0)
+    search.compare("threads", search.candidates("cpu_threads", list(counts)))
+
+
+@stage("compile")
+def compile_(search: Search) -> None:
+    if search.facts.on_cuda and search.incumbent.cudnn_benchmark is None:
+        search.compare("compile", search.candidates("cudnn_benchmark", [True]))
+    for trial in search.candidates("compile_mode", list(space.compile_modes(search.facts)),
+                                   check=True):
+        if search.budget.affordable(2, extra_s=COMPILE_GUESS_S) < 2:
+            needed = COMPILE_GUESS_S + 2 * search.budget.trial_seconds()
+            search.note(f"compile: {trial.knobs.compile_mode} skipped, "
+                        f"needs ~{needed:.0f} s more budget")
+            continue
+        reference, result = search.measure([search.trial(search.incumbent), trial])
+        if reference.ok and search.acceptable(result) and _amortised(search, reference, result):
+            search.adopt(result, reference, "compile")
+
+
+def _amortised(search: Search, eager: TrialResult, compiled: TrialResult) -> bool:
+    """(eager step - compiled step) x expected steps must exceed the compile time."""
+    assert eager.step_time and compiled.step_time
+    compile_s = max(0.0, (compiled.warmup_s or 0) - (eager.warmup_s or 0))
+    steps = search.options.expected_steps
+    saved = (eager.step_time - compiled.step_time) * steps
+    if not search.judge.better(compiled, eager):
+        search.reject(compiled, search.judge.versus(compiled, eager))
+        return False
+    if saved <= compile_s:
+        search.reject(compiled, f"compile time {compile_s:.1f} s not repaid: saves "
+                                f"{(eager.step_time - compiled.step_time) * 1e3:.1f} ms/step x "
+                                f"{steps} steps = {saved:.1f} s")
+        return False
+    return True

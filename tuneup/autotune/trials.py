@@ -1,0 +1,150 @@
+"""Trials and their results, with the timing statistics in one place.
+
+Shaped like ``torch.utils.benchmark``'s ``Measurement``: raw step times go in, derived
+figures (mean, median, IQR, standard error, interval) come out, and replicates of the same
+knobs merge into one. Every other module reads these figures; none recomputes them.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+from tuneup.autotune import protocol
+from tuneup.settings import Knobs
+
+DEFAULT_NOISE = 0.05  # relative standard error assumed when a window is too short to tell
+MIN_NOISE = 0.005
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One point to measure: an id, the knobs, and whether to record check losses."""
+
+    id: str
+    knobs: Knobs
+    check: bool = False
+
+    def plan_entry(self) -> dict[str, Any]:
+        return {"id": self.id, "knobs": self.knobs.to_dict(), "check": self.check}
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Step times of one measuring window (seconds), and what follows from them."""
+
+    times: tuple[float, ...]
+    block: int = 3  # steps per block mean: absorbs a loader's bursts and interference
+
+    @property
+    def mean(self) -> float | None:
+        return statistics.fmean(self.times) if self.times else None
+
+    @property
+    def median(self) -> float | None:
+        return statistics.median(self.times) if self.times else None
+
+    @property
+    def iqr(self) -> float | None:
+        if len(self.times) < 4:
+            return None
+        quartiles = statistics.quantiles(self.times, n=4)
+        return quartiles[2] - quartiles[0]
+
+    @property
+    def noise(self) -> float:
+        """Relative standard error of :attr:`mean`, from block means of the steps."""
+        size, times = self.block, self.times
+        means = [statistics.fmean(times[i:i + size]) for i in range(0, len(times) - size + 1, size)]
+        if len(means) < 2:
+            return DEFAULT_NOISE
+        return max(MIN_NOISE,
+                   statistics.stdev(means) / statistics.fmean(means) / math.sqrt(len(means)))
+
+
+@dataclass
+class TrialResult:
+    """What happened to one trial, from its ``trial_end`` event or from the parent."""
+
+    trial: Trial
+    status: str
+    samples_per_s: float | None = None
+    step_s: float | None = None
+    step_s_all: list[float] = field(default_factory=list)
+    data_wait_share: float | None = None
+    warmup_s: float | None = None
+    check_losses: list[float] | None = None
+    peak_memory_bytes: int | None = None
+    micro_batch_size: int | None = None  # what the child applied (None: whole batches)
+    micro_batch_blocked: str | None = None  # why the script cannot be micro-batched
+    message: str = ""
+
+    @classmethod
+    def from_event(cls, trial: Trial, event: dict[str, Any]) -> TrialResult:
+        def number(key: str) -> float | None:
+            value = event.get(key)
+            return float(value) if _is_number(value) and math.isfinite(value) else None
+
+        losses = event.get("check_losses")
+        peak = event.get("peak_memory_bytes")
+        micro = event.get("micro_batch_size")
+        blocked = event.get("micro_batch_blocked")
+        return cls(
+            trial=trial,
+            status=str(event.get("status") or protocol.ERROR),
+            samples_per_s=number("samples_per_s"),
+            step_s=number("step_s"),
+            step_s_all=[float(s) for s in event.get("step_s_all") or [] if _is_number(s) and s > 0],
+            data_wait_share=number("data_wait_share"),
+            warmup_s=number("warmup_s"),
+            check_losses=[_loss(v) for v in losses] if isinstance(losses, list) else None,
+            peak_memory_bytes=int(peak) if _is_number(peak) else None,
+            micro_batch_size=int(micro) if _is_number(micro) else None,
+            micro_batch_blocked=str(blocked) if blocked else None,
+            message=str(event.get("message") or ""),
+        )
+
+    @property
+    def ok(self) -> bool:
+        return self.status == protocol.OK and self.step_time is not None
+
+    @property
+    def timing(self) -> Timing:
+        return Timing(tuple(self.step_s_all), block=max(3, 2 * (self.trial.knobs.num_workers or 0)))
+
+    @property
+    def step_time(self) -> float | None:
+        """Mean optimizer-step time over the measured window.
+
+        The whole window counts: a loader's queue fills while the model is slow and empties
+        in a burst of fast steps, so any selection of "good" steps would flatter it.
+        """
+        if self.step_s is not None:
+            return self.step_s
+        return self.timing.mean
+
+    @property
+    def noise(self) -> float:
+        """Relative standard error of :attr:`step_time` (see :attr:`Timing.noise`)."""
+        return self.timing.noise
+
+
+def merge(results: list[TrialResult]) -> TrialResult | None:
+    """One result from re-runs of the same knobs: the fastest window, counting its noise.
+
+    Interference on a shared machine only ever slows a window down, so the fastest run is
+    the closest to the machine's own speed. "Fastest" is judged by the upper end of each
+    run's step time (mean + 2 standard errors): a clean run beats an erratic one.
+    """
+    ok = [r for r in results if r.ok]
+    return min(ok, key=lambda r: (r.step_time or math.inf) * (1 + 2 * r.noise)) if ok else None
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _loss(value: Any) -> float:
+    return float(value) if _is_number(value) else math.nan
