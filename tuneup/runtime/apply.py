@@ -13,9 +13,10 @@ from typing import Any
 
 import torch
 
-from tuneup.settings import Knobs, SettingsError, store
+from tuneup.settings import Knobs, Settings, SettingsError, store
 
 _cache: dict[tuple, Knobs] = {}
+MAX_PREFETCH = 64  # batches per worker held in memory; more only costs memory
 
 
 def settings_knobs() -> Knobs:
@@ -43,6 +44,33 @@ def _load_knobs() -> Knobs:
     settings = store.load()
     if settings is None:
         return Knobs()
+    return bounded(_for_this_machine(settings))
+
+
+def bounded(knobs: Knobs) -> Knobs:
+    """``knobs`` cut to what this machine can hold, with one warning naming each cut: a
+    hand-edited or foreign file must not start 10**9 workers or threads."""
+    cores = usable_cores()
+    limits = {"num_workers": 4 * cores, "cpu_threads": cores, "prefetch_factor": MAX_PREFETCH}
+    cuts = {name: limit for name, limit in limits.items()
+            if (getattr(knobs, name) or 0) > limit}
+    if not cuts:
+        return knobs
+    store.warn("settings cut to this machine's " + f"{cores} usable cores: " + ", ".join(
+        f"{name} {getattr(knobs, name)} -> {limit}" for name, limit in cuts.items()))
+    return knobs.replace(**cuts)
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (its affinity mask), without psutil."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def _for_this_machine(settings: Settings) -> Knobs:
+    """The settings' knobs, or only those safe across machines when it was tuned elsewhere."""
     if not settings.fingerprint:
         return settings.knobs
     from tuneup.settings import fingerprint  # probes the machine: only for a stamped file

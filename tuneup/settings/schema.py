@@ -177,7 +177,7 @@ class Settings:
         if not isinstance(data, dict):
             raise SettingsError("the file does not hold a JSON object")
         version = data.get("schema_version")
-        if version != SCHEMA_VERSION:
+        if isinstance(version, bool) or version != SCHEMA_VERSION:  # true == 1 in Python
             raise SettingsError(
                 f"schema_version {version!r} is not supported (this tuneup reads {SCHEMA_VERSION})"
             )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import sys
 import tempfile
 import warnings
@@ -16,6 +17,7 @@ from pathlib import Path
 
 from tuneup.settings.schema import Settings, SettingsError
 
+MAX_BYTES = 1 << 20  # a settings file is a few hundred bytes; anything near this is not one
 ENV_PATH = "TUNEUP_SETTINGS"
 ENV_DISABLE = "TUNEUP_DISABLE"
 SUFFIX = ".tuneup.json"
@@ -56,16 +58,44 @@ def resolve_path() -> Path | None:
 
 
 def read(path: Path) -> Settings:
-    """Parse and validate ``path``; raises :class:`SettingsError` with a one-line reason."""
+    """Parse and validate ``path``; raises :class:`SettingsError` with a one-line reason.
+
+    Only a regular file of at most :data:`MAX_BYTES` is read, opened without blocking (a
+    FIFO or a device such as ``/dev/zero`` is refused, never read), and every way JSON can
+    fail — deep nesting, numbers too long for Python, NaN, bad bytes — is a SettingsError.
+    """
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SettingsError(f"cannot read it ({exc.__class__.__name__}: {exc})") from exc
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as exc:
+        raise SettingsError(f"cannot read it ({exc.strerror or exc})") from exc
     try:
-        data = json.loads(text)
+        status = os.fstat(fd)
+        if not stat.S_ISREG(status.st_mode):
+            raise SettingsError("it is not a regular file")
+        if status.st_size > MAX_BYTES:
+            raise SettingsError(f"it is {status.st_size:,} bytes; a settings file is at most "
+                                f"{MAX_BYTES:,}")
+        raw = os.read(fd, MAX_BYTES + 1)
+    except OSError as exc:
+        raise SettingsError(f"cannot read it ({exc.strerror or exc})") from exc
+    finally:
+        os.close(fd)
+    try:
+        data = json.loads(raw.decode("utf-8"), parse_constant=_no_constant)
     except json.JSONDecodeError as exc:
         raise SettingsError(f"not valid JSON (line {exc.lineno}: {exc.msg})") from exc
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise SettingsError(f"not valid JSON ({_first_line(exc)})") from exc
     return Settings.from_dict(data)
+
+
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return (text[0] if text else type(exc).__name__)[:120]
 
 
 def load(path: Path | None = None) -> Settings | None:
@@ -90,12 +120,17 @@ def load(path: Path | None = None) -> Settings | None:
 
 
 def save(settings: Settings, path: Path) -> None:
-    """Write atomically: a crash or Ctrl-C leaves the old file (or none), never half a file."""
-    path = Path(path)
+    """Write atomically: a crash or Ctrl-C leaves the old file (or none), never half a file.
+
+    The file gets the permissions of any new file (the umask decides, not 0600), and a
+    symbolic link is written through: its target is replaced, the link stays.
+    """
+    path = Path(os.path.realpath(path))
     path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(settings.to_dict(), indent=2, sort_keys=False) + "\n"
+    text = json.dumps(settings.to_dict(), indent=2, sort_keys=False, allow_nan=False) + "\n"
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
             handle.flush()
@@ -107,6 +142,12 @@ def save(settings: Settings, path: Path) -> None:
         except FileNotFoundError:
             pass
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)  # reading the umask means setting it: put it straight back
+    os.umask(mask)
+    return mask
 
 
 def warn(message: str) -> None:
