@@ -6,7 +6,7 @@ from typing import Any
 
 from tuneup.doctor.rules import diagnose
 from tuneup.doctor.rules.context import Diagnosis
-from tuneup.doctor.snapshot import GPU, Driver, Platform, Snapshot, TorchBuild
+from tuneup.machine.snapshot import GPU, Driver, Platform, Snapshot, TorchBuild
 
 
 def machine(

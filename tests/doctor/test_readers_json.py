@@ -7,9 +7,9 @@ import json
 import pytest
 
 from tuneup import __version__
-from tuneup.doctor import probe
+from tuneup.machine import probe
 from tuneup.doctor.readers import ReportError, read_path, read_report
-from tuneup.doctor.snapshot import GPU, Snapshot
+from tuneup.machine.snapshot import GPU, Snapshot
 
 
 def doctor_output(environment: dict) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from doctor_helpers import categories, codes, cuda_torch, machine, only, run
 
-from tuneup.doctor.snapshot import GPU, Snapshot, TorchBuild
+from tuneup.machine.snapshot import GPU, Snapshot, TorchBuild
 
 
 def test_blackwell_on_a_pre_cu128_build_is_arch_unsupported() -> None:

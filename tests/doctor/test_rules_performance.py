@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from doctor_helpers import categories, codes, cuda_torch, machine, only, run
 
-from tuneup.doctor.snapshot import CPU, GPU, Driver, Platform, Snapshot, TorchBuild
+from tuneup.machine.snapshot import CPU, GPU, Driver, Platform, Snapshot, TorchBuild
 
 GIB = 2**30
 

@@ -8,7 +8,7 @@ import warnings
 
 import pytest
 
-from tuneup.doctor.snapshot import CPU, GPU, Driver, Snapshot, TorchBuild
+from tuneup.machine.snapshot import CPU, GPU, Driver, Snapshot, TorchBuild
 from tuneup.settings import (
     SCHEMA_VERSION, Knobs, Measurement, Settings, SettingsError, TuneupWarning, default_path,
     disabled, fingerprint, load, read, resolve_path, save,

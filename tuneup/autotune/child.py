@@ -32,7 +32,7 @@ import psutil
 import torch
 
 from tuneup.autotune import protocol
-from tuneup.doctor import probe
+from tuneup.machine import probe
 from tuneup.runtime import apply, hooks
 from tuneup.settings import AMP_DTYPES, Knobs
 

@@ -79,7 +79,7 @@ def doctor(
 
 def _read(source: str | None):  # -> Snapshot
     if source is None:
-        from tuneup.doctor.probe import snapshot
+        from tuneup.machine.probe import snapshot
 
         return snapshot()
     from tuneup.doctor.readers import ReportError, read_path

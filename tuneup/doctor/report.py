@@ -8,7 +8,7 @@ from typing import IO, Any
 from tuneup import __version__
 from tuneup.doctor.findings import AREAS, ERROR, WARNING, Finding
 from tuneup.doctor.rules.context import Diagnosis
-from tuneup.doctor.snapshot import Snapshot
+from tuneup.machine.snapshot import Snapshot
 
 MARKS = {ERROR: ("✗", "bold red"), WARNING: ("⚠", "yellow"), "info": ("•", "cyan")}
 

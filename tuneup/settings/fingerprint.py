@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tuneup.doctor.snapshot import Snapshot
+from tuneup.machine.snapshot import Snapshot
 from tuneup.settings.schema import knob_names
 
 # Knobs that stay right when the machine changes: they cannot change the numbers the
@@ -30,7 +30,7 @@ def from_snapshot(snapshot: Snapshot) -> dict[str, Any]:
 
 def current() -> dict[str, Any]:
     """Fingerprint of this process's machine, from the doctor's light-weight probes."""
-    from tuneup.doctor import probe
+    from tuneup.machine import probe
 
     snapshot = Snapshot(torch=probe.probe_torch(), cpu=probe.probe_cpu())
     snapshot.driver, snapshot.gpus = probe.probe_nvidia()

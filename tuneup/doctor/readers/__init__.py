@@ -7,7 +7,7 @@ import sys
 
 from tuneup.doctor.readers.collect_env import parse_collect_env
 from tuneup.doctor.readers.tuneup_json import environment_of, snapshot_from_json
-from tuneup.doctor.snapshot import Snapshot
+from tuneup.machine.snapshot import Snapshot
 
 __all__ = ["ReportError", "read_path", "read_report"]
 

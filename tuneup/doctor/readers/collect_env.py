@@ -11,8 +11,8 @@ from __future__ import annotations
 import ast
 import re
 
-from tuneup.doctor.probe.host import parse_nvcc_version
-from tuneup.doctor.probe.parse import (
+from tuneup.machine.probe.host import parse_nvcc_version
+from tuneup.machine.probe.parse import (
     build_from_version,
     cuda_from_int,
     distinct_versions,
@@ -27,7 +27,7 @@ from tuneup.doctor.readers.collect_env_lines import (
     known,
     scan,
 )
-from tuneup.doctor.snapshot import GPU, Snapshot
+from tuneup.machine.snapshot import GPU, Snapshot
 
 # Fields a complete modern report states; missing ones are listed in the notes.
 EXPECTED = {

@@ -8,8 +8,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from tuneup.doctor.probe.host import ENV_NAMES, ENV_PREFIXES
-from tuneup.doctor.probe.parse import normalise_package
+from tuneup.machine.probe.host import ENV_NAMES, ENV_PREFIXES
+from tuneup.machine.probe.parse import normalise_package
 
 # collect_env field names (lower case) -> our name. Several spellings across versions and the
 # old hand-filled issue template ("- PyTorch Version (e.g., 1.0): 1.6.0").

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tuneup.doctor.snapshot import Snapshot
+from tuneup.machine.snapshot import Snapshot
 
 # Keys only a Snapshot dict has; a bare environment object must carry some of them.
 SNAPSHOT_KEYS = {"platform", "torch", "driver", "gpus", "cpu"}

@@ -14,7 +14,7 @@ from tuneup.doctor.rules import (
     visibility,
 )
 from tuneup.doctor.rules.context import Context, Diagnosis
-from tuneup.doctor.snapshot import Snapshot
+from tuneup.machine.snapshot import Snapshot
 
 # Order matters: visibility reads the driver's findings.
 RULES = (build, driver, cudnn, nccl, visibility, rocm, python, performance, cpu)

@@ -8,7 +8,7 @@ from functools import cached_property
 
 from tuneup.doctor import knowledge as kb
 from tuneup.doctor.findings import Finding, finding
-from tuneup.doctor.snapshot import GPU, Snapshot
+from tuneup.machine.snapshot import GPU, Snapshot
 
 AMD_NAME = re.compile(r"\b(amd|radeon|instinct|mi\d{2,3}x?|gfx\d+)\b", re.IGNORECASE)
 NVIDIA_NAME = re.compile(r"\b(nvidia|geforce|quadro|tesla|titan|rtx|gtx|jetson)\b", re.IGNORECASE)

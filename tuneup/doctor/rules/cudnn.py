@@ -7,7 +7,7 @@ import re
 
 from tuneup.doctor import knowledge as kb
 from tuneup.doctor.findings import ERROR, WARNING
-from tuneup.doctor.probe.parse import library_version
+from tuneup.machine.probe.parse import library_version
 from tuneup.doctor.rules.context import Context
 
 AREA = "cudnn"

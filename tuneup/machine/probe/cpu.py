@@ -6,8 +6,8 @@ import os
 import platform
 from pathlib import Path
 
-from tuneup.doctor.probe.parse import relevant_flags
-from tuneup.doctor.snapshot import CPU
+from tuneup.machine.probe.parse import relevant_flags
+from tuneup.machine.snapshot import CPU
 
 
 def parse_cpuinfo(text: str) -> tuple[str | None, list[str] | None]:

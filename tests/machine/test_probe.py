@@ -7,8 +7,8 @@ import types
 
 import pytest
 
-from tuneup.doctor import probe
-from tuneup.doctor.probe import cpu, host, nvidia, parse, torch_build
+from tuneup.machine import probe
+from tuneup.machine.probe import cpu, host, nvidia, parse, torch_build
 
 # /proc/cpuinfo excerpts: an Intel Sapphire Rapids guest and an AWS Graviton3 (aarch64).
 CPUINFO_X86 = """processor\t: 0

@@ -6,8 +6,8 @@ import importlib.util
 import warnings
 from typing import Any
 
-from tuneup.doctor.probe.parse import major_minor
-from tuneup.doctor.snapshot import GPU, TorchBuild
+from tuneup.machine.probe.parse import major_minor
+from tuneup.machine.snapshot import GPU, TorchBuild
 
 
 def _version_text(value: Any) -> str | None:

@@ -10,19 +10,19 @@ import os
 from collections.abc import Callable
 from typing import TypeVar
 
-from tuneup.doctor.probe.cpu import probe_cpu as _probe_cpu
-from tuneup.doctor.probe.host import (
+from tuneup.machine.probe.cpu import probe_cpu as _probe_cpu
+from tuneup.machine.probe.host import (
     installed_packages,
     nvcc_version,
     probe_platform,
     select_env,
     shared_libraries,
 )
-from tuneup.doctor.probe.nvidia import probe_nvidia as _probe_nvidia
-from tuneup.doctor.probe.parse import distinct_versions
-from tuneup.doctor.probe.torch_build import probe_torch as _probe_torch
-from tuneup.doctor.probe.torch_build import torch_gpus
-from tuneup.doctor.snapshot import CPU, GPU, Driver, Snapshot, TorchBuild
+from tuneup.machine.probe.nvidia import probe_nvidia as _probe_nvidia
+from tuneup.machine.probe.parse import distinct_versions
+from tuneup.machine.probe.torch_build import probe_torch as _probe_torch
+from tuneup.machine.probe.torch_build import torch_gpus
+from tuneup.machine.snapshot import CPU, GPU, Driver, Snapshot, TorchBuild
 
 __all__ = ["probe_cpu", "probe_nvidia", "probe_torch", "snapshot"]
 

@@ -8,8 +8,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tuneup.doctor.probe.parse import cuda_from_int
-from tuneup.doctor.snapshot import GPU, Driver
+from tuneup.machine.probe.parse import cuda_from_int
+from tuneup.machine.snapshot import GPU, Driver
 
 # NVML clocks-throttle ("clocks event") reason bits and their NVML names.
 THROTTLE_REASONS = (

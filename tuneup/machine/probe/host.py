@@ -12,8 +12,8 @@ import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from tuneup.doctor.probe.parse import normalise_package
-from tuneup.doctor.snapshot import Platform
+from tuneup.machine.probe.parse import normalise_package
+from tuneup.machine.snapshot import Platform
 
 ENV_NAMES = (
     "CUDA_VISIBLE_DEVICES",
