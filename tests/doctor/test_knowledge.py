@@ -7,6 +7,7 @@ import csv
 import pytest
 
 from tuneup.doctor import knowledge as kb
+from tuneup.machine import versions
 
 
 @pytest.mark.parametrize("table", sorted(p.name for p in kb.DATA_DIR.glob("*.csv")))
@@ -140,9 +141,9 @@ def test_hardware_features() -> None:
 
 
 def test_version_helpers() -> None:
-    assert kb.variant_cuda("cu92") == "9.2"
-    assert kb.variant_cuda("cu130") == "13.0"
-    assert kb.cuda_variant("12.1") == "cu121"
+    assert versions.cuda_from_tag("cu92") == "9.2"
+    assert versions.cuda_from_tag("cu130") == "13.0"
+    assert versions.cuda_tag("12.1") == "cu121"
     assert kb.cc_tuple("sm_120") == (12, 0)
     assert kb.cc_tuple("compute_90") == (9, 0)
     assert kb.install_command("1.8.1", "cu111").endswith(

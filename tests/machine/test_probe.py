@@ -8,7 +8,8 @@ import types
 import pytest
 
 from tuneup.machine import probe
-from tuneup.machine.probe import cpu, host, nvidia, parse, torch_build
+from tuneup.machine import versions
+from tuneup.machine.probe import cpu, cpu_flags, host, nvidia, torch_build
 
 # /proc/cpuinfo excerpts: an Intel Sapphire Rapids guest and an AWS Graviton3 (aarch64).
 CPUINFO_X86 = """processor\t: 0
@@ -137,19 +138,19 @@ def test_ldconfig_and_library_versions():
         "/usr/lib/x86_64-linux-gnu/libcudnn.so.8",
         "/usr/lib/x86_64-linux-gnu/libcudnn.so",
     ]
-    assert parse.distinct_versions(cudnn) == ["8"]
+    assert versions.distinct_versions(cudnn) == ["8"]
     assert host.parse_ldconfig(LDCONFIG, "libnccl") == ["/usr/lib/x86_64-linux-gnu/libnccl.so.2"]
-    assert parse.library_version("C:\\CUDA\\v11.1\\bin\\cudnn64_8.dll") == "8"
-    assert parse.library_version("/usr/lib/libcudnn.so.9.8.0") == "9.8.0"
+    assert versions.library_version("C:\\CUDA\\v11.1\\bin\\cudnn64_8.dll") == "8"
+    assert versions.library_version("/usr/lib/libcudnn.so.9.8.0") == "9.8.0"
 
 
 def test_version_helpers():
-    assert parse.build_from_version("2.6.0+cu126") == ("cuda", "12.6")
-    assert parse.build_from_version("1.7.1+cu92") == ("cuda", "9.2")
-    assert parse.build_from_version("2.4.1+rocm6.1") == ("rocm", "6.1")
-    assert parse.build_from_version("2.13.0+cpu") == ("cpu", None)
-    assert parse.build_from_version("1.8.1") == (None, None)
-    assert parse.cuda_from_int(11040) == "11.4" and parse.cuda_from_int(12080) == "12.8"
+    assert versions.build_from_version("2.6.0+cu126") == ("cuda", "12.6")
+    assert versions.build_from_version("1.7.1+cu92") == ("cuda", "9.2")
+    assert versions.build_from_version("2.4.1+rocm6.1") == ("rocm", "6.1")
+    assert versions.build_from_version("2.13.0+cpu") == ("cpu", None)
+    assert versions.build_from_version("1.8.1") == (None, None)
+    assert versions.cuda_from_int(11040) == "11.4" and versions.cuda_from_int(12080) == "12.8"
     assert (
         host.parse_nvcc_version("Cuda compilation tools, release 12.1, V12.1.105\n") == "12.1.105"
     )

@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from tuneup.machine import versions
 
 DATA_DIR = Path(__file__).parent / "data"
 VERIFIED = "verified"
@@ -72,7 +73,7 @@ class Variant:
 
     @property
     def cuda(self) -> str:
-        return variant_cuda(self.name) or ""
+        return versions.cuda_from_tag(self.name) or ""
 
 
 def _read(name: str) -> list[dict[str, str]]:
@@ -87,31 +88,12 @@ def _split(cell: str) -> tuple[str, ...]:
 # ---------------------------------------------------------------- version helpers
 
 
-def version_tuple(text: str | None) -> tuple[int, ...] | None:
-    """``"570.124.04"`` → ``(570, 124, 4)``; the leading dotted number of any text."""
-    if not text:
-        return None
-    match = re.search(r"\d+(?:\.\d+)*", str(text))
-    return tuple(int(part) for part in match.group(0).split(".")) if match else None
 
 
-def major_minor(text: str | None) -> tuple[int, int] | None:
-    parts = version_tuple(text)
-    if not parts:
-        return None
-    return parts[0], (parts[1] if len(parts) > 1 else 0)
 
 
-def variant_cuda(name: str) -> str | None:
-    """``cu121`` → ``12.1``, ``cu92`` → ``9.2``, ``cu130`` → ``13.0``."""
-    match = re.fullmatch(r"cu(\d+)(\d)", name)
-    return f"{int(match.group(1))}.{match.group(2)}" if match else None
 
 
-def cuda_variant(cuda: str) -> str | None:
-    """``12.1`` → ``cu121``."""
-    mm = major_minor(cuda)
-    return f"cu{mm[0]}{mm[1]}" if mm else None
 
 
 def cc_tuple(text: str) -> CC | None:
@@ -148,10 +130,10 @@ def _driver_column(os_family: str | None) -> str:
 
 def driver_requirement(cuda: str, os_family: str | None = None) -> DriverNeed | None:
     """Minimum driver for a CUDA runtime, honouring minor-version compatibility (CUDA 11+)."""
-    mm = major_minor(cuda)
+    mm = versions.major_minor(cuda)
     if mm is None:
         return None
-    row = next((r for r in _driver_rows() if major_minor(r["cuda"]) == mm), None)
+    row = next((r for r in _driver_rows() if versions.major_minor(r["cuda"]) == mm), None)
     ga = (row or {}).get(_driver_column(os_family)) or None
     mvc = _mvc_rows().get(mm[0])
     if mvc is not None:
@@ -171,19 +153,19 @@ def driver_requirement(cuda: str, os_family: str | None = None) -> DriverNeed | 
 
 def max_cuda_for_driver(driver: str, os_family: str | None = None) -> str | None:
     """Highest CUDA toolkit whose own driver is at most ``driver`` (verified rows only)."""
-    have = version_tuple(driver)
+    have = versions.release(driver)
     if have is None:
         return None
     best = None
     for row in _driver_rows():
-        need = version_tuple(row[_driver_column(os_family)])
+        need = versions.release(row[_driver_column(os_family)])
         if row["status"] == VERIFIED and need is not None and need <= have:
             best = row["cuda"]
     return best
 
 
 def driver_branch(driver: str) -> str | None:
-    parts = version_tuple(driver)
+    parts = versions.release(driver)
     return f"R{parts[0]}" if parts else None
 
 
@@ -294,13 +276,13 @@ def releases() -> tuple[Release, ...]:
                 r["source"],
             )
         )
-    return tuple(sorted(rows, key=lambda rel: major_minor(rel.release) or (0, 0)))
+    return tuple(sorted(rows, key=lambda rel: versions.major_minor(rel.release) or (0, 0)))
 
 
 def torch_release(version: str | None) -> Release | None:
     """The table row for a torch version string (``2.6.0+cu126`` → release ``2.6``)."""
-    mm = major_minor(version)
-    return next((rel for rel in releases() if major_minor(rel.release) == mm), None)
+    mm = versions.major_minor(version)
+    return next((rel for rel in releases() if versions.major_minor(rel.release) == mm), None)
 
 
 @cache
@@ -357,15 +339,15 @@ def default_variant(release: Release, os_family: str | None) -> tuple[str, bool]
 
 
 def python_supported(release: Release, python: str) -> bool:
-    py = major_minor(python)
-    return py is not None and major_minor(release.python_min) <= py <= major_minor(
+    py = versions.major_minor(python)
+    return py is not None and versions.major_minor(release.python_min) <= py <= versions.major_minor(
         release.python_max
     )
 
 
 def install_command(version: str, variant_name: str) -> str:
     """The pip command that installs ``torch==version`` from one download.pytorch.org index."""
-    mm = major_minor(version) or (0, 0)
+    mm = versions.major_minor(version) or (0, 0)
     if mm < (1, 11):  # older wheels are published on the flat torch_stable page only
         return (
             f"pip install torch=={version}+{variant_name} "

@@ -12,13 +12,7 @@ import ast
 import re
 
 from tuneup.machine.probe.host import parse_nvcc_version
-from tuneup.machine.probe.parse import (
-    build_from_version,
-    cuda_from_int,
-    distinct_versions,
-    major_minor,
-    relevant_flags,
-)
+from tuneup.machine.probe.cpu_flags import relevant_flags
 from tuneup.doctor.readers.collect_env_lines import (
     GPU_LINE,
     STRONG_FIELDS,
@@ -28,6 +22,7 @@ from tuneup.doctor.readers.collect_env_lines import (
     scan,
 )
 from tuneup.machine.snapshot import GPU, Snapshot
+from tuneup.machine import versions
 
 # Fields a complete modern report states; missing ones are listed in the notes.
 EXPECTED = {
@@ -164,7 +159,7 @@ def _read_torch(raw: RawReport, snap: Snapshot) -> None:
     torch.debug_build = _boolean(fields.get("debug"))
     torch.cuda_available = _boolean(fields.get("cuda_available"))
     if torch.version:
-        torch.build, implied = build_from_version(torch.version)
+        torch.build, implied = versions.build_from_version(torch.version)
         if torch.build == "cuda":
             torch.cuda = implied
         elif torch.build == "rocm":
@@ -175,8 +170,8 @@ def _read_torch(raw: RawReport, snap: Snapshot) -> None:
     if known(fields.get("xpu_built")):
         torch.build = torch.build or "xpu"
     cuda = fields.get("cuda_built")
-    if cuda is not None and major_minor(cuda):
-        torch.cuda, torch.build = major_minor(cuda), torch.build or "cuda"
+    if cuda is not None and versions.major_minor_text(cuda):
+        torch.cuda, torch.build = versions.major_minor_text(cuda), torch.build or "cuda"
         torch.installed = True
     elif (
         cuda is not None
@@ -216,7 +211,7 @@ def _read_messages(raw: RawReport, snap: Snapshot) -> None:
         _gpu_capability(snap, name.strip(), f"{major}.{minor}")
     too_old = re.search(r"driver on your system is too old \(found version (\d+)\)", text)
     if too_old and snap.driver.cuda_version is None:
-        snap.driver.cuda_version = cuda_from_int(int(too_old.group(1)))
+        snap.driver.cuda_version = versions.cuda_from_int(int(too_old.group(1)))
     init = re.search(
         r"CUDA initialization: (.+?)(?: \(Triggered internally.*?\))?(?= return |$)", text
     )
@@ -226,10 +221,10 @@ def _read_messages(raw: RawReport, snap: Snapshot) -> None:
         if hit and snap.torch.init_error is None:
             snap.torch.init_error = (hit.group(1) if hit is init else hit.group(0)).strip()
     if mismatch:
-        versions = re.findall(r"\((\d+), (\d+), (\d+)\)", mismatch.group(0))
-        if len(versions) == 2:
-            snap.torch.cudnn_compiled = snap.torch.cudnn_compiled or ".".join(versions[0])
-            snap.torch.cudnn_runtime = snap.torch.cudnn_runtime or ".".join(versions[1])
+        found = re.findall(r"\((\d+), (\d+), (\d+)\)", mismatch.group(0))
+        if len(found) == 2:
+            snap.torch.cudnn_compiled = snap.torch.cudnn_compiled or ".".join(found[0])
+            snap.torch.cudnn_runtime = snap.torch.cudnn_runtime or ".".join(found[1])
 
 
 def _gpu_capability(snap: Snapshot, name: str, capability: str) -> None:
@@ -259,7 +254,7 @@ def _read_libraries(raw: RawReport, snap: Snapshot) -> None:
     cudnn = [line for line in raw.cudnn_lines if known(line)]
     if cudnn:
         snap.cudnn_libraries = cudnn
-        snap.cudnn_versions = distinct_versions(cudnn)
+        snap.cudnn_versions = versions.distinct_versions(cudnn)
     cuda_cudnn = fields.get("cuda_cudnn", "")
     if known(cuda_cudnn):  # old template: "CUDA/cuDNN version: 10.1/7.6"
         cuda, _, cudnn = cuda_cudnn.partition("/")

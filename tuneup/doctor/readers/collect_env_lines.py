@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass, field
 
 from tuneup.machine.probe.host import ENV_NAMES, ENV_PREFIXES
-from tuneup.machine.probe.parse import normalise_package
+from tuneup.machine import versions
 
 # collect_env field names (lower case) -> our name. Several spellings across versions and the
 # old hand-filled issue template ("- PyTorch Version (e.g., 1.0): 1.6.0").
@@ -132,11 +132,11 @@ def _add_package(raw: RawReport, tool: str, text: str) -> None:
     if book == "pip":
         match = re.match(r"([A-Za-z0-9][\w.\-]*)\s*(?:===?|\s@\s|\s+\(?)\s*([^\s)]*)", text)
         if match:
-            packages[normalise_package(match.group(1))] = match.group(2)
+            packages[versions.package_name(match.group(1))] = match.group(2)
         return
     parts = text.split()
     if len(parts) >= 2:
-        name = normalise_package(parts[0])
+        name = versions.package_name(parts[0])
         packages[name] = parts[1]
         if len(parts) >= 3:
             raw.conda_builds[name] = parts[2]

@@ -6,6 +6,7 @@ from tuneup.doctor import knowledge as kb
 from tuneup.doctor.findings import ERROR, INFO, WARNING
 from tuneup.doctor.rules.context import Context, GpuFact
 from tuneup.doctor.rules.recommend import find_wheel, install_fix
+from tuneup.machine import versions
 
 AREA = "build"
 NO_KERNEL_IMAGE = "no kernel image is available for execution on the device"
@@ -65,7 +66,7 @@ def _cpu_only(ctx: Context) -> None:
     hints = _cuda_hints(ctx) if ctx.snap.gpus is None else ""  # gpus == []: known to have none
     if hints:
         if build.is_dev:
-            cuda = kb.cuda_variant(ctx.snap.cuda_toolkit or "") or "cu128"
+            cuda = versions.cuda_tag(ctx.snap.cuda_toolkit or "") or "cu128"
             fix = (
                 f"pip install --pre torch --index-url https://download.pytorch.org/whl/nightly/{cuda} "
                 "(conda: pin the CUDA build, 'pytorch=*=*cuda*')"
@@ -132,8 +133,8 @@ def _arch_one(
     wheel = find_wheel(ctx, cc=cc, start=build.release)
     if wheel is not None:
         fix = install_fix(ctx, *wheel)
-        if ctx.driver_runs(kb.variant_cuda(wheel[1]) or "") is None and ctx.nvidia_present:
-            need = kb.driver_requirement(kb.variant_cuda(wheel[1]) or "", ctx.driver_os)
+        if ctx.driver_runs(versions.cuda_from_tag(wheel[1]) or "") is None and ctx.nvidia_present:
+            need = kb.driver_requirement(versions.cuda_from_tag(wheel[1]) or "", ctx.driver_os)
             if need and need.floor_driver:
                 fix += f" (needs NVIDIA driver >= {need.floor_driver})"
     else:

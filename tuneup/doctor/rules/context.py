@@ -9,6 +9,7 @@ from functools import cached_property
 from tuneup.doctor import knowledge as kb
 from tuneup.doctor.findings import Finding, finding
 from tuneup.machine.snapshot import GPU, Snapshot
+from tuneup.machine import versions
 
 AMD_NAME = re.compile(r"\b(amd|radeon|instinct|mi\d{2,3}x?|gfx\d+)\b", re.IGNORECASE)
 NVIDIA_NAME = re.compile(r"\b(nvidia|geforce|quadro|tesla|titan|rtx|gtx|jetson)\b", re.IGNORECASE)
@@ -67,17 +68,16 @@ class Build:
 
     @property
     def base_version(self) -> str | None:
-        parts = kb.version_tuple(self.version)
-        return ".".join(str(p) for p in parts[:3]) if parts else None
+        return versions.base(self.version)
 
     @property
     def is_dev(self) -> bool:
-        return bool(self.version and _is_dev(self.version))
+        return bool(self.version and versions.is_dev(self.version))
 
     @property
     def is_published_wheel(self) -> bool:
         """A release wheel from PyPI/download.pytorch.org (not a nightly, source or vendor build)."""
-        return bool(self.version) and not _custom_build(self.version or "")
+        return bool(self.version) and not versions.is_custom_build(self.version or "")
 
     @property
     def label(self) -> str:
@@ -207,7 +207,7 @@ class Context:
             cuda = f"{number // 1000}.{number % 1000 // 10}"
             return cuda, f"torch printed 'found version {number}'"
         if driver.cuda_version:
-            return kb.mm_text(kb.major_minor(driver.cuda_version)), "the driver reports it"
+            return versions.major_minor_text(driver.cuda_version), "the driver reports it"
         if driver.version:
             cuda = kb.max_cuda_for_driver(driver.version, self.driver_os)
             if cuda:
@@ -219,14 +219,14 @@ class Context:
         need = kb.driver_requirement(cuda, self.driver_os)
         if need is None:
             return None
-        driver = kb.version_tuple(self.snap.driver.version)
-        floor = kb.version_tuple(need.floor_driver)
+        driver = versions.release(self.snap.driver.version)
+        floor = versions.release(need.floor_driver)
         if driver is not None and floor is not None:
             return driver >= floor
         known = self.driver_max_cuda
         if known is None:
             return None
-        have, want = kb.major_minor(known[0]), kb.major_minor(need.cuda)
+        have, want = versions.major_minor(known[0]), versions.major_minor(need.cuda)
         if need.minor_version_compat:
             return have[0] >= want[0]
         return have >= want
@@ -248,14 +248,14 @@ class Context:
     def _resolve(self, version: str | None, requested: bool) -> Build:
         torch = self.snap.torch
         release = kb.torch_release(version) if version else None
-        local = _local_suffix(version)
+        local = versions.local(version)
 
         def make(kind: str | None, cuda: str | None, basis: str, assumed: bool = False) -> Build:
-            variant = kb.cuda_variant(cuda) if cuda else None
+            variant = versions.cuda_tag(cuda) if cuda else None
             return Build(version, release, kind, cuda, variant, basis, assumed, requested)
 
-        if local.startswith("cu") and kb.variant_cuda(local):
-            return make("cuda", kb.variant_cuda(local), f"the +{local} suffix")
+        if local.startswith("cu") and versions.cuda_from_tag(local):
+            return make("cuda", versions.cuda_from_tag(local), f"the +{local} suffix")
         if local == "cpu":
             return make("cpu", None, "the +cpu suffix")
         if local.startswith("rocm"):
@@ -264,20 +264,20 @@ class Context:
             if torch.hip or torch.build == "rocm":
                 return make("rocm", None, "torch.version.hip")
             if torch.cuda:
-                return make("cuda", kb.mm_text(kb.major_minor(torch.cuda)), "torch.version.cuda")
+                return make("cuda", versions.major_minor_text(torch.cuda), "torch.version.cuda")
             if torch.build in ("cpu", "xpu"):
                 return make(torch.build, None, "the report (CUDA used to build PyTorch: none)")
         conda = "pytorch" in (self.snap.conda_packages or {}) and not requested
-        if release is None or conda or not version or _custom_build(version):
+        if release is None or conda or not version or versions.is_custom_build(version):
             return make(None, None, "unknown")
         name = kb.default_variant(release, self.os_family)[0]
         if name == "cpu" and torch.cuda_available and not requested:
             return make("cuda", None, "torch.cuda.is_available()")
         os_name = self.os_family or "linux"
-        basis = f"the default PyPI wheel of {kb.mm_text(kb.major_minor(version))} on {os_name} is {name}"
+        basis = f"the default PyPI wheel of {versions.major_minor_text(version)} on {os_name} is {name}"
         if name == "cpu":
             return make("cpu", None, basis, assumed=True)
-        return make("cuda", kb.variant_cuda(name), basis, assumed=True)
+        return make("cuda", versions.cuda_from_tag(name), basis, assumed=True)
 
     def variant_row(self, version: str, variant: str) -> kb.Variant | None:
         release = kb.torch_release(version)
@@ -306,19 +306,3 @@ class Context:
         return list(row.arches), list(row.ptx), where, row.verified and not build.assumed
 
 
-def _local_suffix(version: str | None) -> str:
-    if not version or "+" not in version:
-        return ""
-    return version.split("+", 1)[1].split()[0].lower()
-
-
-def _is_dev(version: str) -> bool:
-    return bool(re.search(r"dev|git", version))
-
-
-def _custom_build(version: str) -> bool:
-    """Nightly, pre-release, source or vendor (e.g. NGC ``2.3.0a0+6ddf5cf.nv24.04``) builds,
-    whose arch lists and defaults the wheel tables do not describe."""
-    local = _local_suffix(version)
-    vendor_local = bool(local) and not re.fullmatch(r"cu\d+|cpu|rocm[\d.]+", local)
-    return vendor_local or bool(re.search(r"dev|git|a\d|b\d|rc\d", version.split("+")[0]))

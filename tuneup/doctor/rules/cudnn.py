@@ -7,8 +7,8 @@ import re
 
 from tuneup.doctor import knowledge as kb
 from tuneup.doctor.findings import ERROR, WARNING
-from tuneup.machine.probe.parse import library_version
 from tuneup.doctor.rules.context import Context
+from tuneup.machine import versions
 
 AREA = "cudnn"
 INCOMPATIBILITY = re.compile(
@@ -70,7 +70,7 @@ def _runtime(ctx: Context) -> tuple[str, str] | None:
             return entry.strip(), "the report's cuDNN version"
     for path in ctx.snap.cudnn_libraries or []:
         directory = os.path.dirname(path)
-        version = library_version(path)
+        version = versions.library_version(path)
         if directory and version and "." in version and directory in _ld_dirs(ctx):
             return version, f"{path}, on LD_LIBRARY_PATH"
     return None
@@ -85,12 +85,12 @@ def _ld_path_cudnn(ctx: Context) -> list[str]:
 
 
 def _major(version: str) -> int:
-    return (kb.version_tuple(version) or (0,))[0]
+    return (versions.release(version) or (0,))[0]
 
 
 def _compatible(compiled: str, runtime: str) -> bool:
     """PyTorch's own rule: same major; for cuDNN >= 7 the runtime minor may be newer."""
-    want, got = kb.major_minor(compiled), kb.major_minor(runtime)
+    want, got = versions.major_minor(compiled), versions.major_minor(runtime)
     if want is None or got is None:
         return True
     if want[0] != got[0]:
@@ -126,7 +126,7 @@ def _old_gpus(
     ctx: Context, compiled: tuple[str, str] | None, runtime: tuple[str, str] | None
 ) -> None:
     version = (runtime or compiled or (None, None))[0]
-    mm = kb.major_minor(version)
+    mm = versions.major_minor(version)
     if mm is None or mm < SM75_CUDNN:
         return
     for gpu in ctx.nvidia_gpus:

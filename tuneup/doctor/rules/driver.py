@@ -6,6 +6,7 @@ from tuneup.doctor import knowledge as kb
 from tuneup.doctor.findings import ERROR, INFO, WARNING
 from tuneup.doctor.rules.context import Context
 from tuneup.doctor.rules.recommend import find_wheel, install_fix
+from tuneup.machine import versions
 
 AREA = "driver"
 INSUFFICIENT = "CUDA driver version is insufficient for CUDA runtime version"
@@ -46,8 +47,8 @@ def check(ctx: Context) -> None:
     if not runs:
         _too_old(ctx, need, have)
         return
-    ga = kb.version_tuple(need.ga_driver)
-    if need.minor_version_compat and driver and ga and kb.version_tuple(driver) < ga:
+    ga = versions.release(need.ga_driver)
+    if need.minor_version_compat and driver and ga and versions.release(driver) < ga:
         ctx.add(
             "TU202",
             INFO,
@@ -76,7 +77,7 @@ def _too_old(ctx: Context, need: kb.DriverNeed, have: str) -> None:
         if build.release
         else None
     )
-    if wheel is not None and kb.variant_cuda(wheel[1]) != build.cuda:
+    if wheel is not None and versions.cuda_from_tag(wheel[1]) != build.cuda:
         fix = f"{install_fix(ctx, *wheel)}, or {driver_step}"
     else:
         fix = driver_step

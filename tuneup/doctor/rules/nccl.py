@@ -7,6 +7,7 @@ import re
 from tuneup.doctor import knowledge as kb
 from tuneup.doctor.findings import ERROR, WARNING
 from tuneup.doctor.rules.context import Context
+from tuneup.machine import versions
 
 AREA = "nccl"
 NCCL_WHEEL = re.compile(r"nvidia-nccl-cu(\d+)$")
@@ -35,7 +36,7 @@ def _wheels(ctx: Context) -> None:
         if wheels:
             ctx.ok(AREA, f"one NCCL wheel ({' '.join(f'{n}=={v}' for n, v in wheels.values())})")
         return
-    build_major = (kb.major_minor(ctx.build.cuda) or (None,))[0]
+    build_major = (versions.major_minor(ctx.build.cuda) or (None,))[0]
     keep = build_major if build_major in wheels else max(wheels)
     extra = [wheels[m][0] for m in sorted(wheels) if m != keep]
     listed = ", ".join(f"{n}=={v}" for n, v in wheels.values())
@@ -66,16 +67,16 @@ def _symbols(ctx: Context) -> None:
 
 
 def _libraries(ctx: Context) -> None:
-    versions = sorted(set(ctx.snap.nccl_versions or []))
+    found = sorted(set(ctx.snap.nccl_versions or []))
     preload = [
         name
         for name in ("LD_PRELOAD", "LD_LIBRARY_PATH")
         if "nccl" in (ctx.env(name) or "").lower()
     ]
-    if len(versions) > 1 or preload:
+    if len(found) > 1 or preload:
         where = (
-            f"libnccl versions {', '.join(versions)} on the library path"
-            if len(versions) > 1
+            f"libnccl found {', '.join(found)} on the library path"
+            if len(found) > 1
             else f"{' and '.join(preload)} names an NCCL library"
         )
         ctx.add(

@@ -5,6 +5,7 @@ from __future__ import annotations
 from tuneup.doctor import knowledge as kb
 from tuneup.doctor.findings import ERROR, WARNING
 from tuneup.doctor.rules.context import Context
+from tuneup.machine import versions
 
 AREA = "python"
 
@@ -15,7 +16,7 @@ def check(ctx: Context) -> None:
     if python is None:
         ctx.skip(AREA, "Python version (not in the report)")
         return
-    py = kb.major_minor(python)
+    py = versions.major_minor(python)
     if build.release is None:
         if build.version is None:
             _any_release(ctx, python)
@@ -31,7 +32,7 @@ def check(ctx: Context) -> None:
         )
         return
     installed = not build.requested and ctx.snap.torch.installed
-    newer = py > kb.major_minor(release.python_max)
+    newer = py > versions.major_minor(release.python_max)
     message = (
         f"{build.label} has wheels for Python {release.python_min}-{release.python_max} only, "
         f"not Python {python}"
@@ -43,16 +44,16 @@ def check(ctx: Context) -> None:
 
 def _fix(release: kb.Release, python: str, newer: bool) -> str:
     fitting = [r for r in kb.releases() if kb.python_supported(r, python)]
-    python = kb.mm_text(kb.major_minor(python))  # "3.10", not "3.10.1"
+    python = versions.major_minor_text(python)  # "3.10", not "3.10.1"
     bound = release.python_max if newer else release.python_min
     step = f"use Python {bound} with torch {release.release}"
     if newer:
-        later = [r for r in fitting if kb.major_minor(r.release) > kb.major_minor(release.release)]
+        later = [r for r in fitting if versions.major_minor(r.release) > versions.major_minor(release.release)]
         if later:
             return f"{step}, or pip install torch=={later[0].latest} (first release with Python {python} wheels)"
     else:
         earlier = [
-            r for r in fitting if kb.major_minor(r.release) < kb.major_minor(release.release)
+            r for r in fitting if versions.major_minor(r.release) < versions.major_minor(release.release)
         ]
         if earlier:
             return f"{step}, or pip install torch=={earlier[-1].latest} (last release with Python {python} wheels)"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from tuneup.doctor import knowledge as kb
 from tuneup.doctor.rules.context import Context
+from tuneup.machine import versions
 
 
 def _search_order(start: kb.Release | None, same_release_only: bool) -> list[kb.Release]:
@@ -29,10 +30,10 @@ def find_wheel(
         if ctx.python and not kb.python_supported(release, ctx.python):
             continue
         newest_first = sorted(
-            release.variants, key=lambda v: kb.major_minor(kb.variant_cuda(v)), reverse=True
+            release.variants, key=lambda v: versions.major_minor(versions.cuda_from_tag(v)), reverse=True
         )
         for name in newest_first:
-            if ctx.driver_runs(kb.variant_cuda(name) or "") is False:
+            if ctx.driver_runs(versions.cuda_from_tag(name) or "") is False:
                 continue
             if cc is not None:
                 row = kb.variant(release.release, name, platform)

@@ -19,10 +19,10 @@ from tuneup.machine.probe.host import (
     shared_libraries,
 )
 from tuneup.machine.probe.nvidia import probe_nvidia as _probe_nvidia
-from tuneup.machine.probe.parse import distinct_versions
 from tuneup.machine.probe.torch_build import probe_torch as _probe_torch
 from tuneup.machine.probe.torch_build import torch_gpus
 from tuneup.machine.snapshot import CPU, GPU, Driver, Snapshot, TorchBuild
+from tuneup.machine import versions
 
 __all__ = ["probe_cpu", "probe_nvidia", "probe_torch", "snapshot"]
 
@@ -82,7 +82,7 @@ def snapshot() -> Snapshot:
     )
     if libraries:
         snap.cudnn_libraries = libraries["libcudnn"]
-        snap.cudnn_versions = distinct_versions(snap.cudnn_libraries)
+        snap.cudnn_versions = versions.distinct_versions(snap.cudnn_libraries)
         snap.nccl_libraries = libraries["libnccl"]
-        snap.nccl_versions = distinct_versions(snap.nccl_libraries)
+        snap.nccl_versions = versions.distinct_versions(snap.nccl_libraries)
     return snap

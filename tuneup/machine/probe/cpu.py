@@ -6,7 +6,7 @@ import os
 import platform
 from pathlib import Path
 
-from tuneup.machine.probe.parse import relevant_flags
+from tuneup.machine.probe.cpu_flags import relevant_flags
 from tuneup.machine.snapshot import CPU
 
 

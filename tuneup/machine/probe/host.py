@@ -12,8 +12,8 @@ import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from tuneup.machine.probe.parse import normalise_package
 from tuneup.machine.snapshot import Platform
+from tuneup.machine import versions
 
 ENV_NAMES = (
     "CUDA_VISIBLE_DEVICES",
@@ -96,7 +96,7 @@ def installed_packages(notes: list[str]) -> dict[str, str]:
 
     found: dict[str, str] = {}
     for dist in metadata.distributions():
-        name = normalise_package(dist.metadata.get("Name") or "")
+        name = versions.package_name(dist.metadata.get("Name") or "")
         if not name.startswith(PACKAGE_PREFIXES) and name != "numpy":
             continue
         if name in found and found[name] != dist.version:

@@ -8,8 +8,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tuneup.machine.probe.parse import cuda_from_int
 from tuneup.machine.snapshot import GPU, Driver
+from tuneup.machine import versions
 
 # NVML clocks-throttle ("clocks event") reason bits and their NVML names.
 THROTTLE_REASONS = (
@@ -118,7 +118,7 @@ def probe_nvidia(notes: list[str] | None = None) -> tuple[Driver, list[GPU] | No
     try:
         driver.version = _text(nvml.nvmlSystemGetDriverVersion())
         cuda = _guarded(nvml.nvmlSystemGetCudaDriverVersion)
-        driver.cuda_version = cuda_from_int(int(cuda)) if cuda else None
+        driver.cuda_version = versions.cuda_from_int(int(cuda)) if cuda else None
         gpus = [_gpu_or_note(nvml, index, notes) for index in range(nvml.nvmlDeviceGetCount())]
     except Exception as error:
         notes.append(f"NVML query failed: {_text(error)}")

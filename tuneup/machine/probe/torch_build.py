@@ -6,8 +6,8 @@ import importlib.util
 import warnings
 from typing import Any
 
-from tuneup.machine.probe.parse import major_minor
 from tuneup.machine.snapshot import GPU, TorchBuild
+from tuneup.machine import versions
 
 
 def _version_text(value: Any) -> str | None:
@@ -46,7 +46,7 @@ def probe_torch(notes: list[str] | None = None, messages: list[str] | None = Non
     build.importable = True
     build.version = str(torch.__version__)
     build.debug_build = bool(getattr(torch.version, "debug", False))
-    build.cuda = major_minor(torch.version.cuda) if torch.version.cuda else None
+    build.cuda = versions.major_minor_text(torch.version.cuda) if torch.version.cuda else None
     build.hip = getattr(torch.version, "hip", None)
     build.build = "rocm" if build.hip else "cuda" if build.cuda else "cpu"
     with warnings.catch_warnings(record=True) as caught:
