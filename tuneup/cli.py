@@ -41,6 +41,7 @@ class LazyGroup(click.Group):
         """Run with click's own error handling off, then map every outcome to one exit."""
         kwargs.setdefault("standalone_mode", False)
         self.invoked = None
+        _replace_unencodable()
         try:
             code = super().main(*args, **kwargs)
         except click.exceptions.Exit as done:
@@ -58,6 +59,15 @@ class LazyGroup(click.Group):
             _say(self.invoked, "interrupted")
             code = EXIT_INTERRUPTED
         sys.exit(code or 0)
+
+
+def _replace_unencodable() -> None:
+    """A terminal or redirect that cannot encode a character (cp1252 on Windows, LANG=C)
+    gets a replacement character, never a crash in the middle of a report."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(errors="replace")
 
 
 def _say(command: str | None, message: str) -> None:
@@ -81,3 +91,7 @@ def main() -> None:
     tuneup doctor --from F     diagnose a `python -m torch.utils.collect_env` report
     tuneup autotune train.py   tune the training script's loader, batch, AMP, compile
     """
+
+
+if __name__ == "__main__":
+    main()

@@ -11,6 +11,8 @@ import sys
 
 import click
 
+from tuneup.errors import EXIT_FAILED, EXIT_OK
+
 VERSION_PATTERN = re.compile(r"\d+\.\d+(\.\d+)?([.+\w]*)")
 
 
@@ -74,18 +76,15 @@ def doctor(
         from tuneup.doctor.report import write_text
 
         write_text(snapshot, diagnosis)
-    sys.exit(1 if diagnosis.errors else 0)
+    click.get_current_context().exit(EXIT_FAILED if diagnosis.errors else EXIT_OK)
 
 
 def _read(source: str | None):  # -> Snapshot
+    """The live machine, or the report at ``source`` (a ReportError, exit 2, when unreadable)."""
     if source is None:
         from tuneup.machine.probe import snapshot
 
         return snapshot()
-    from tuneup.doctor.readers import ReportError, read_path
+    from tuneup.doctor.readers import read_path
 
-    try:
-        return read_path(source)
-    except ReportError as error:
-        click.echo(f"tuneup doctor: {error}", err=True)
-        sys.exit(2)
+    return read_path(source)

@@ -26,7 +26,7 @@ def to_json(snapshot: Snapshot, diagnosis: Diagnosis) -> dict[str, Any]:
 
 
 def write_json(snapshot: Snapshot, diagnosis: Diagnosis, out: IO[str]) -> None:
-    json.dump(to_json(snapshot, diagnosis), out, indent=2)
+    json.dump(to_json(snapshot, diagnosis), out, indent=2, allow_nan=False)
     out.write("\n")
 
 

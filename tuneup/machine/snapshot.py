@@ -24,8 +24,11 @@ Notes for rule writers:
 
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import asdict, dataclass, field, fields, is_dataclass
-from typing import Any, get_args, get_origin, get_type_hints
+from types import UnionType
+from typing import Any, Union, get_args, get_origin, get_type_hints
 
 
 @dataclass
@@ -151,7 +154,8 @@ def _build(kind: type, data: Any) -> Any:
 def _convert(hint: Any, value: Any) -> Any:
     if value is None:
         return None
-    for option in get_args(hint) or (hint,):
+    options = get_args(hint) if get_origin(hint) in (Union, UnionType) else (hint,)
+    for option in options:
         if is_dataclass(option):
             return _build(option, value)
         if get_origin(option) is list:
@@ -159,4 +163,30 @@ def _convert(hint: Any, value: Any) -> Any:
             if not isinstance(value, list):
                 raise ValueError(f"expected a list, got {type(value).__name__}")
             return [_convert(item, v) for v in value]
-    return value
+    scalars = tuple(o for o in options if o in (bool, int, float, str))
+    return _scalar(scalars, value) if scalars else value
+
+
+def _scalar(kinds: tuple[type, ...], value: Any) -> Any:
+    """A fact of one of ``kinds``: numbers finite and not negative (counts, sizes, versions
+    of hardware), text printable; anything else is a malformed report."""
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if isinstance(value, bool) and bool not in kinds or not (
+            isinstance(value, kinds) or number and float in kinds):
+        raise ValueError(f"expected {' or '.join(k.__name__ for k in kinds)}, "
+                         f"got {type(value).__name__} {str(value)[:40]!r}")
+    if number and (not math.isfinite(value) or value < 0):
+        raise ValueError(f"{value!r} is not a count or size")
+    return printable(value) if isinstance(value, str) else value
+
+
+_ESCAPES = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])")
+_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+MAX_TEXT = 1000  # characters of one fact: a version, a name, a path, one message
+
+
+def printable(text: str, limit: int = MAX_TEXT) -> str:
+    """``text`` without terminal escape sequences or control characters (they would act on
+    the reader's terminal when the report is printed), cut to ``limit`` characters."""
+    text = _CONTROLS.sub("", _ESCAPES.sub("", text))
+    return text if len(text) <= limit else text[:limit - 1] + "…"

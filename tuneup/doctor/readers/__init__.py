@@ -7,30 +7,39 @@ import sys
 
 from tuneup.doctor.readers.collect_env import parse_collect_env
 from tuneup.doctor.readers.tuneup_json import environment_of, snapshot_from_json
-from tuneup.machine.snapshot import Snapshot
+from tuneup.errors import UsageError
+from tuneup.machine.snapshot import Snapshot, printable
 
 __all__ = ["ReportError", "read_path", "read_report"]
 
 MAX_REPORT_BYTES = 20 * 2**20
+MAX_LINE = 4000  # characters of one report line (a pip list line is < 100)
+MAX_GPUS = 64  # more than any machine holds
+MAX_MESSAGES = 50
 HOW_TO_GET_ONE = (
     "run `python -m torch.utils.collect_env > report.txt` (or `tuneup doctor --format json`)"
 )
 
 
-class ReportError(Exception):
+class ReportError(UsageError):
     """The input is not a report we can read; the message is one line naming the fix."""
 
 
 def read_report(text: str) -> Snapshot:
     """Snapshot from report text: tuneup JSON (full output or bare environment) or collect_env."""
-    if "\x00" in text or _control_share(text) > 0.02:
+    if _control_share(text) > 0.02:
         raise ReportError(f"the input is binary data, not a text report: {HOW_TO_GET_ONE}")
-    text = text.lstrip("\ufeff")
+    return bounded(_parse(text.lstrip("\ufeff")))
+
+
+def _parse(text: str) -> Snapshot:
+    stripped = text.strip()
+    if stripped.startswith("{"):
+        return _read_json(stripped)
+    text = "\n".join(printable(line, MAX_LINE) for line in text.splitlines())
     stripped = text.strip()
     if not stripped:
         raise ReportError(f"the report is empty: {HOW_TO_GET_ONE}")
-    if stripped.startswith("{"):
-        return _read_json(stripped)
     snapshot = parse_collect_env(text)
     if snapshot is not None:
         return snapshot
@@ -43,11 +52,25 @@ def read_report(text: str) -> Snapshot:
     )
 
 
+def bounded(snapshot: Snapshot) -> Snapshot:
+    """At most :data:`MAX_GPUS` GPUs and :data:`MAX_MESSAGES` messages: a report of 400,000
+    GPU lines is read in seconds, and says what it left out."""
+    for name, limit in (("gpus", MAX_GPUS), ("messages", MAX_MESSAGES)):
+        items = getattr(snapshot, name) or []
+        if len(items) > limit:
+            setattr(snapshot, name, items[:limit])
+            snapshot.notes.append(f"only the first {limit} of {len(items)} {name} were read")
+    return snapshot
+
+
 def read_path(path: str) -> Snapshot:
     """Snapshot from a file (``-`` = standard input)."""
     name = "standard input" if path == "-" else path
     try:
         if path == "-":
+            if sys.stdin is None or sys.stdin.closed:
+                raise ReportError("standard input is closed: pipe a report into it, "
+                                  "or give a file")
             data = sys.stdin.buffer.read(MAX_REPORT_BYTES + 1)
         else:
             with open(path, "rb") as handle:
@@ -58,9 +81,9 @@ def read_path(path: str) -> Snapshot:
         raise ReportError(f"{name} is a directory; give the report file inside it") from None
     except PermissionError:
         raise ReportError(f"{name}: permission denied; make the file readable") from None
-    except OSError as error:
+    except (OSError, ValueError) as error:  # ValueError: a closed or detached stream
         raise ReportError(
-            f"{name}: cannot read ({error.strerror or error}); check the file"
+            f"{name}: cannot read ({getattr(error, 'strerror', None) or error}); check the file"
         ) from None
     if len(data) > MAX_REPORT_BYTES:
         raise ReportError(
@@ -94,13 +117,25 @@ def _control_share(text: str) -> float:
 
 def _read_json(text: str) -> Snapshot:
     try:
-        document = json.loads(text)
+        document = json.loads(text, parse_constant=_no_constant)
     except json.JSONDecodeError as error:
         raise ReportError(
             f"the JSON is invalid or cut short (line {error.lineno}, column {error.colno}): "
             "feed the complete output of `tuneup doctor --format json`"
         ) from None
+    except (ValueError, RecursionError) as error:  # NaN, 5,000-digit numbers, deep nesting
+        raise ReportError(f"the JSON is not a report ({_first_line(error)}): feed the output "
+                          "of `tuneup doctor --format json`") from None
     return _snapshot_of(document)
+
+
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def _first_line(error: BaseException) -> str:
+    lines = str(error).strip().splitlines()
+    return (lines[0] if lines else type(error).__name__)[:120]
 
 
 def _embedded_json(text: str) -> object | None:
@@ -111,7 +146,7 @@ def _embedded_json(text: str) -> object | None:
     for start in starts:
         try:
             return decoder.raw_decode("\n".join(lines[start:]))[0]  # trailing text is allowed
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):
             continue
     return None
 

@@ -1,0 +1,49 @@
+"""The one place errors become exit codes: one line on stderr, no traceback, the code of
+the error's kind (tuneup.errors)."""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from tuneup.cli import main
+from tuneup.errors import EXIT_USAGE, Interrupted, ScriptError, TuneupError, UsageError
+
+
+def run(*args: str):
+    return CliRunner().invoke(main, list(args))
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["autotune", "no_such_script.py"], "no such script"),
+    (["autotune", "{script}", "--budget", "1"], "--budget must be at least 10 seconds"),
+    (["autotune", "{script}", "--max-memory", "12"], "--max-memory takes a size with its unit"),
+    (["autotune", "{script}", "--max-memory", "12MB"], "below 64 MiB"),
+    (["autotune", "{script}", "--only", "turbo"], "--only takes a comma list"),
+    (["autotune", "{script}", "--only", "amp", "--skip", "loader"], "either --only or --skip"),
+    (["autotune", "{script}", "--format", "xml"], "Invalid value for '--format'"),
+    (["autotune", "{script}", "--lr", "3"], "(pass the script's own arguments after --)"),
+    (["autotune", "{script}", "--expected-steps", "0"], "--expected-steps must be a positive"),
+    (["nonsense"], "No such command"),
+])
+def test_usage_errors_are_one_line_and_exit_2(args, says, tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text("print('hi')\n")
+    result = run(*[a.replace("{script}", str(script)) for a in args])
+    assert result.exit_code == EXIT_USAGE
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("tuneup") and says in lines[0], result.output
+
+
+def test_error_kinds_carry_their_exit_codes():
+    assert UsageError("x").exit_code == 2 and ScriptError("x").exit_code == 1
+    assert TuneupError("x").exit_code == 1
+    assert Interrupted("x", 15).exit_code == 143 and Interrupted("x", 2).exit_code == 130
+
+
+def test_a_script_that_never_uses_the_wrappers_is_one_line_exit_1(tmp_path):
+    script = tmp_path / "plain.py"
+    script.write_text("print('training without tuneup')\n")
+    result = run("autotune", str(script), "--budget", "20")
+    assert result.exit_code == 1
+    assert "never called" in result.output and "Traceback" not in result.output
