@@ -1,0 +1,133 @@
+"""What `tuneup autotune` leaves behind: after SIGTERM, SIGHUP or Ctrl-C no process and no
+file; after a SIGKILL of the parent the child ends itself and the next run sweeps the work
+directory; DataLoader workers leave no pymp-* directory; a result that cannot be written is
+printed and kept."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tuneup.autotune.runner import WORKDIR_PREFIX, sweep_stale_workdirs
+
+REAL_SCRIPT = textwrap.dedent('''
+    import torch
+    from torch.utils.data import TensorDataset
+    from tuneup import tuned_loader, tuned_loop
+
+    x = torch.randn(256, 8)
+    dataset = TensorDataset(x, (x[:, 0] > 0).long())
+    model = torch.nn.Linear(8, 2)
+    loop = tuned_loop(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    loader = tuned_loader(dataset, batch_size=32, num_workers=1)  # workers: pymp-* dirs
+    for epoch in range(10**6):
+        for batch in loader:
+            loop.train_step(batch, lambda b: torch.nn.functional.cross_entropy(loop.model(b[0]), b[1]))
+''')
+
+
+def start(script: Path, tmp: Path, *extra: str, budget: int = 300) -> subprocess.Popen:
+    env = {**os.environ, "TMPDIR": str(tmp)}
+    env.pop("TUNEUP_SETTINGS", None)
+    return subprocess.Popen([sys.executable, "-m", "tuneup.cli", "autotune", str(script),
+                             "--budget", str(budget), "--output", str(tmp.parent / "out.json"),
+                             *extra],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_for_child(parent: subprocess.Popen, timeout: float = 60.0) -> list[psutil.Process]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        children = psutil.Process(parent.pid).children(recursive=True)
+        if children:
+            time.sleep(1.0)  # let it reach its trials
+            return psutil.Process(parent.pid).children(recursive=True)
+        time.sleep(0.1)
+    raise AssertionError("the child never started")
+
+
+def alive(processes: list[psutil.Process]) -> list[psutil.Process]:
+    gone, still = psutil.wait_procs(processes, timeout=10)
+    return [p for p in still if p.status() != psutil.STATUS_ZOMBIE]
+
+
+@pytest.fixture
+def tmp(tmp_path: Path) -> Path:
+    folder = tmp_path / "tmp"
+    folder.mkdir()
+    return folder
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
+def test_a_stop_signal_leaves_no_process_and_no_file(fake_script, tmp, signum):
+    (tmp.parent / "out.json").write_text("old settings\n")
+    parent = start(fake_script({"*": "hang", "defaults": "hang"}), tmp)
+    children = wait_for_child(parent)
+    parent.send_signal(signum)
+    _, err = parent.communicate(timeout=30)
+    assert parent.returncode == 128 + signum
+    assert err.strip().splitlines()[-1].startswith("tuneup autotune: ")
+    assert "left as it was" in err and "Traceback" not in err
+    assert alive(children) == []
+    assert list(tmp.iterdir()) == []
+    assert (tmp.parent / "out.json").read_text() == "old settings\n"
+
+
+@pytest.mark.slow
+def test_a_killed_parent_takes_its_child_along_and_the_next_run_sweeps(tmp, monkeypatch):
+    script = tmp.parent / "train.py"
+    script.write_text(REAL_SCRIPT)
+    parent = start(script, tmp)
+    children = wait_for_child(parent)
+    parent.kill()
+    parent.wait()
+    assert alive(children) == []  # the child had a parent-death signal
+    left = [p for p in tmp.iterdir() if p.name.startswith(WORKDIR_PREFIX)]
+    assert len(left) == 1  # a SIGKILL leaves the work directory: the next run sweeps it
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    assert sweep_stale_workdirs() == left
+    assert list(tmp.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_a_finished_run_leaves_nothing_in_tmpdir(tmp):
+    script = tmp.parent / "train.py"
+    script.write_text(REAL_SCRIPT)
+    parent = start(script, tmp, "--only", "threads", "--format", "json", budget=25)
+    parent.communicate(timeout=600)
+    assert list(tmp.iterdir()) == []  # no pymp-*, no work directory
+
+
+def test_a_result_that_cannot_be_written_is_printed_and_kept(fake_script, tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from tuneup.cli import main
+    from tuneup.settings import store
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    real_save = store.save
+
+    def full_disk(settings, path):
+        if Path(path).name == "out.json":
+            raise OSError(28, "No space left on device")
+        real_save(settings, path)
+
+    monkeypatch.setattr("tuneup.autotune.command.save", full_disk)
+    result = CliRunner().invoke(main, ["autotune", str(fake_script()), "--budget", "30",
+                                       "--format", "json", "--output", str(tmp_path / "out.json")])
+    assert result.exit_code == 1
+    summary = json.loads(result.stdout[:result.stdout.rindex("}") + 1])
+    assert "No space left on device" in summary["error"]
+    kept = Path(summary["settings"])
+    assert kept.exists() and kept.parent == tmp_path and json.loads(kept.read_text())["knobs"]
