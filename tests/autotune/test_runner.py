@@ -157,3 +157,21 @@ def test_result_from_event_tolerates_junk_and_estimates_noise():
     bursty = TrialResult(trial, "ok", step_s_all=[0.05, 0.15] * 6)  # queue fills and empties
     assert bursty.step_time == pytest.approx(0.1)
     assert TrialResult.from_event(trial, {"status": "error"}).ok is False
+
+
+def test_a_failure_right_after_a_dtype_switch_is_retried_in_a_fresh_process(fake_script):
+    """State the script keeps from the trial before (a carried RNN state in the old dtype)
+    must not fail a trial: it runs again, first in a new process, before its failure counts."""
+    bf16 = Knobs(amp_dtype="bfloat16")
+    plan = [Trial("fp32", Knobs()), Trial("bf16", bf16), Trial("fp32 again", Knobs())]
+    with Runner(fake_script({"bf16": "error-unless-first"})) as runner:
+        results = runner.run(plan)
+    assert statuses(results) == {"fp32": "ok", "bf16": "ok", "fp32 again": "ok"}
+    assert runner.processes_started == 2
+    with Runner(fake_script({"bf16": "error"})) as runner:  # fails on its own too: counts
+        results = runner.run(plan)
+    assert statuses(results) == {"fp32": "ok", "bf16": "error", "fp32 again": "ok"}
+    assert runner.processes_started == 3
+    with Runner(fake_script({"b": "error-unless-first"})) as runner:  # no switch: no retry
+        results = runner.run(trials("a", "b"))
+    assert statuses(results) == {"a": "ok", "b": "error"}

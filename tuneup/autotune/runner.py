@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from tuneup.autotune import protocol
-from tuneup.autotune.protocol import BUDGET, CRASH, ERROR, HANG, OOM, SKIPPED
+from tuneup.autotune.protocol import BUDGET, CRASH, ERROR, HANG, NONFINITE, OOM, SKIPPED
 from tuneup.autotune.space import ScriptFacts
 from tuneup.autotune.trials import Trial, TrialResult
 from tuneup.errors import ScriptError
@@ -173,6 +173,7 @@ class Runner:
         sweep_stale_workdirs()
         self._workdir = Path(tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-"))
         self._process: _Process | None = None
+        self._retried: set[str] = set()  # trials re-run in a fresh process after a switch
 
     def time_left(self) -> float:
         return self.deadline - time.monotonic()
@@ -246,6 +247,21 @@ class Runner:
             )
         return _Process(popen, results, stderr, time.monotonic())
 
+    def _retry_fresh(self, result: TrialResult, before: list[TrialResult]) -> bool:
+        """Whether a failure may be the earlier trial's doing: it came right after a change
+        of AMP dtype or compile mode in the same process, where state the script keeps
+        (a carried RNN state in the old dtype, a compiled graph) leaks into the next trial.
+        Such a trial runs once more, first in a fresh process, before its failure counts."""
+        if result.status not in (ERROR, NONFINITE, CRASH) or not before:
+            return False
+        previous, knobs = before[-1].trial.knobs, result.trial.knobs
+        switched = (previous.amp_dtype, previous.compile_mode) != (knobs.amp_dtype,
+                                                                   knobs.compile_mode)
+        if not switched or result.trial.id in self._retried:
+            return False
+        self._retried.add(result.trial.id)
+        return True
+
     def _trial_timeout(self, trial: Trial) -> float:
         return self.timeout(trial) if callable(self.timeout) else self.timeout
 
@@ -281,6 +297,8 @@ class Runner:
                         exit_message = str(event.get("message") or "")
                     elif kind == "trial_end" and event.get("id") in by_id:
                         result = TrialResult.from_event(by_id[event["id"]], event)
+                        if self._retry_fresh(result, finished):
+                            return finished, False
                         finished.append(result)
                         current = None
                         if self.on_trial_end:
@@ -306,7 +324,9 @@ class Runner:
                 return [self._crash(pending[0], process, exit_message)], False
             unfinished = current is not None and all(r.trial.id != current.id for r in finished)
             if unfinished and not script_ended:
-                finished.append(self._crash(current, process, exit_message))
+                crash = self._crash(current, process, exit_message)
+                if not self._retry_fresh(crash, finished):
+                    finished.append(crash)
             return finished, False
         finally:
             process.kill()
