@@ -238,9 +238,10 @@ def test_uncertain_candidate_is_rerun_interleaved_and_kept_when_it_holds():
 def test_uncertain_candidate_dropped_when_the_rerun_shows_no_gain():
     tuner, recorded = search(noisy_then_clean(0.099), Options(groups=frozenset({"amp"})))
     outcome = tuner.run()
-    assert len(recorded.plans[2]) == 4
-    assert outcome.knobs.amp_dtype is None
-    assert any(r.reason.startswith("within noise (") for r in outcome.rejected)
+    assert len(recorded.plans[2]) == 4  # raced: R C R C
+    assert outcome.knobs.amp_dtype is None  # by the race, or at the latest by the confirmation
+    assert any(r.reason.startswith("within noise (") for r in outcome.rejected) or \
+        "confirm: nothing beat PyTorch defaults beyond noise; keeping defaults" in outcome.notes
 
 
 CUDA = ScriptFacts(device="cuda", effective_batch=256, dataset_size=8192,

@@ -131,6 +131,31 @@ class TrialResult:
         return self.timing.noise
 
 
+def typical_step(results: list[TrialResult]) -> float:
+    """The step time decisions compare for replicates of the same knobs: the mean of the
+    faster half of their windows. Interference on a shared machine only ever slows a window
+    down, so the fast windows are the machine's own speed; half of them, not the single
+    fastest, so that one lucky window of noisy settings does not win."""
+    times = sorted(r.step_time for r in results if r.ok and r.step_time)
+    if not times:
+        return math.inf
+    return statistics.fmean(times[:max(1, (len(times) + 1) // 2)])
+
+
+T_95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26}
+
+
+def log_ratio_interval(slower: list[float], faster: list[float]) -> tuple[float, float] | None:
+    """95 % interval of the mean of ``log(slower_i / faster_i)`` over paired measurements
+    (each pair taken next to each other in time); None with fewer than two pairs."""
+    logs = [math.log(a / b) for a, b in zip(slower, faster) if a > 0 and b > 0]
+    if len(logs) < 2:
+        return None
+    centre = statistics.fmean(logs)
+    half = T_95.get(len(logs) - 1, 2.0) * statistics.stdev(logs) / math.sqrt(len(logs))
+    return centre - half, centre + half
+
+
 def merge(results: list[TrialResult]) -> TrialResult | None:
     """One result from re-runs of the same knobs: the fastest window, counting its noise.
 

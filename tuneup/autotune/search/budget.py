@@ -71,7 +71,8 @@ class Budget:
         return bool(space.compile_modes(facts)) and left >= 0
 
     def confirm_reserve(self) -> float:
-        return self.startup_seconds() + 2 * self.trial_seconds()
+        """Two confirmation rounds of the pick and the defaults."""
+        return self.startup_seconds() + 4 * self.trial_seconds()
 
     def affordable(self, trials: int, extra_s: float = 0.0) -> int:
         """How many of ``trials`` fit in the budget after a reserve for one confirmation round

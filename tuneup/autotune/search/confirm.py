@@ -4,20 +4,18 @@ interleaved in one process, as many rounds as the budget left allows."""
 from __future__ import annotations
 
 import math
-import statistics
 from typing import TYPE_CHECKING
 
 from tuneup.autotune.search.labels import describe
 from tuneup.autotune.search.outcome import Outcome
 from tuneup.autotune.search.stages import HEADROOM
-from tuneup.autotune.trials import TrialResult, merge
+from tuneup.autotune.trials import TrialResult, log_ratio_interval, merge, typical_step
 from tuneup.settings import Knobs
 
 if TYPE_CHECKING:
     from tuneup.autotune.search.run import Search
 
 MIN_ROUNDS, MAX_ROUNDS = 2, 8
-T_95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36}  # two-sided t, df
 
 
 def confirm(search: Search) -> Outcome:
@@ -52,19 +50,22 @@ def confirm(search: Search) -> Outcome:
         search.note("confirm: re-runs failed; the speed-up is UNCONFIRMED "
                     "(single trials of the stages)")
         return outcome
+    step = {k: typical_step(v) for k, v in runs.items()}  # medians over the rounds decide
+    gain = 1 + search.options.min_gain
     winner = tuned_run
     alt_run = merged.get(alternative) if alternative is not None else None
-    if alt_run is not None and not judge.better(tuned_run, alt_run):
+    if alt_run is not None and step[tuned] * gain > step[alternative]:
         search.note(f"confirm: {describe(alternative)} is as fast within noise; "
                     "keeping the simpler settings")
         winner = alt_run
     needs_headroom = any(c.stage == HEADROOM for c in search.changes)
-    if not judge.better(winner, default_run) and not needs_headroom:
+    if step[winner.trial.knobs] * gain > step[default] and not needs_headroom:
         search.note("confirm: nothing beat PyTorch defaults beyond noise; keeping defaults")
         winner = default_run
     outcome.knobs = winner.trial.knobs
-    outcome.tuned_samples_per_s = judge.speed(winner)
-    outcome.baseline_samples_per_s = judge.speed(default_run)
+    batch = search.facts.effective_batch
+    outcome.tuned_samples_per_s = batch / step[winner.trial.knobs]
+    outcome.baseline_samples_per_s = batch / step[default]
     outcome.confirmed = True
     outcome.speedup_interval = ratio_interval(runs[winner.trial.knobs], runs[default])
     return outcome
@@ -73,13 +74,10 @@ def confirm(search: Search) -> Outcome:
 def ratio_interval(picked: list[TrialResult], defaults: list[TrialResult]
                    ) -> tuple[float, float] | None:
     """95 % interval of the speed-up from paired rounds (step-time ratios, log scale)."""
-    logs = [math.log(d.step_time / p.step_time) for p, d in zip(picked, defaults)
-            if p.ok and d.ok and p.step_time and d.step_time]
-    if len(logs) < 2:
-        return None
-    centre = statistics.fmean(logs)
-    half = T_95.get(len(logs) - 1, 2.0) * statistics.stdev(logs) / math.sqrt(len(logs))
-    return math.exp(centre - half), math.exp(centre + half)
+    pairs = [(d.step_time, p.step_time) for p, d in zip(picked, defaults)
+             if p.ok and d.ok and p.step_time and d.step_time]
+    interval = log_ratio_interval([d for d, _ in pairs], [p for _, p in pairs])
+    return None if interval is None else (math.exp(interval[0]), math.exp(interval[1]))
 
 
 def simpler_alternative(search: Search) -> Knobs | None:

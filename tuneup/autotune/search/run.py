@@ -13,8 +13,18 @@ from tuneup.autotune.search.labels import complexity, consistent, describe
 from tuneup.autotune.search.outcome import Change, Outcome
 from tuneup.autotune.search.stages import STAGES, measure_baseline
 from tuneup.autotune.space import ScriptFacts
-from tuneup.autotune.trials import Trial, TrialResult, merge
+from tuneup.autotune.trials import (
+    Trial,
+    TrialResult,
+    log_ratio_interval,
+    merge,
+    typical_step,
+)
 from tuneup.settings import Knobs
+
+RACE_REACH = 0.2  # candidates measured this much slower than the best are not raced
+MAX_RACE_CALLS = 3  # each: two interleaved rounds of the contenders, in one process
+
 
 # Stages that must leave room for compile. Threads too: the loader stage already tries the
 # threads the workers leave over, where workers and threads compete for the cores.
@@ -124,48 +134,69 @@ class Search:
 
     def choose(self, reference: TrialResult, candidates: list[TrialResult], stage: str
                ) -> TrialResult:
-        """The fastest acceptable result beyond noise of ``reference``; ties go to the simpler.
+        """The fastest acceptable result; ties (within ``min_gain``) go to the simpler.
 
-        The best candidate that looks faster but not beyond noise is re-run interleaved
-        with the reference before it is given up.
+        Candidates within reach of the best are raced against the reference (see
+        :meth:`race`) until the slower ones are shown slower or the stage's budget is spent.
         """
         judge = self.judge
         accepted = [r for r in candidates if r.status not in (protocol.SKIPPED, protocol.BUDGET)
                     and self.acceptable(r)]
-        winners = [r for r in accepted if judge.better(r, reference)]
-        promising = [r for r in accepted if r not in winners
-                     and judge.speed(r) > judge.speed(reference) * (1 + self.options.min_gain)
-                     and all(judge.speed(r) > judge.speed(w) for w in winners)]
-        if promising:
-            rerun = self.rerun(reference, max(promising, key=judge.speed))
-            if rerun is not None:
-                reference, candidate = rerun
-                accepted = [candidate if r.trial.knobs == candidate.trial.knobs else r
-                            for r in accepted]
-                winners = [w for w in accepted if judge.better(w, reference)]
-        won = {w.trial.knobs for w in winners}
+        best = max([reference, *accepted], key=judge.speed)
+        reach = judge.speed(best) * (1 - RACE_REACH)
         for result in accepted:
-            if result.trial.knobs not in won:
+            if judge.speed(result) < reach:
                 self.reject(result, judge.versus(result, reference))
-        pool = [reference, *winners]
-        best = max(pool, key=judge.speed)
-        near = [r for r in pool if r is best or judge.within_noise(r, best)]
-        chosen = min(near, key=lambda r: (complexity(r.trial.knobs), -judge.speed(r)))
+        contenders = [reference, *(r for r in accepted if judge.speed(r) >= reach)]
+        runs = self.race(contenders)
+        merged = {knobs: merge(results) for knobs, results in runs.items()}
+        survivors = {k: r for k, r in merged.items() if r is not None}
+        reference = survivors.get(reference.trial.knobs, reference)
+        typical = {k: typical_step(runs[k]) for k in survivors}  # the decision: medians
+        fastest = min(typical.values())
+        near = [survivors[k] for k, step in typical.items()
+                if step * (1 - self.options.min_gain) <= fastest]
+        chosen = min(near, key=lambda r: (complexity(r.trial.knobs), typical[r.trial.knobs]))
+        for knobs, result in survivors.items():
+            if knobs not in (chosen.trial.knobs, reference.trial.knobs):
+                self.reject(result, judge.versus(result, chosen))
         self.adopt(chosen, reference, stage)
         return chosen
 
-    def rerun(self, reference: TrialResult, candidate: TrialResult
-              ) -> tuple[TrialResult, TrialResult] | None:
-        """Interleaved re-runs (R C R C) of an uncertain candidate; both merged, or None."""
-        if self.budget.affordable(4) < 4:
-            return None
-        knobs = (reference.trial.knobs, candidate.trial.knobs)
-        results = self.measure([self.trial(k) for _ in range(2) for k in knobs])
-        again_reference = merge([reference, *results[0::2]])
-        again_candidate = merge([candidate, *results[1::2]])
-        if again_reference is None or again_candidate is None:
-            return None
-        return again_reference, again_candidate
+    def race(self, contenders: list[TrialResult]) -> dict[Knobs, list[TrialResult]]:
+        """Interleaved rounds of the contenders (A B C A B C ...) while the budget allows.
+
+        After each pair of rounds, from the paired step-time ratios to the leader: a
+        contender slower by more than ``min_gain`` with 95 % confidence is out, and the race
+        stops early when every other contender is, with 95 % confidence, within ``min_gain``
+        of the leader (a tie, which the simpler settings win) or out.
+        """
+        tie = math.log(1 + self.options.min_gain)
+        runs = {r.trial.knobs: [r] for r in contenders}
+        for _ in range(MAX_RACE_CALLS):
+            if len(runs) < 2 or self.budget.affordable(2 * len(runs)) < 2 * len(runs):
+                break
+            results = self.measure([self.trial(k) for _ in range(2) for k in runs])
+            for result in results:
+                if result.ok:
+                    runs[result.trial.knobs].append(result)
+            leader = min(runs, key=lambda k: typical_step(runs[k]))
+            undecided = False
+            for knobs in [k for k in runs if k != leader]:
+                interval = log_ratio_interval([r.step_time for r in runs[knobs][1:]],
+                                              [r.step_time for r in runs[leader][1:]])
+                if interval is None:
+                    undecided = True
+                elif interval[0] > tie:
+                    slower = merge(runs.pop(knobs))
+                    if slower is not None:
+                        gain = 1 - math.exp(sum(interval) / 2)
+                        self.reject(slower, f"slower ({-abs(gain):+.0%}, raced)")
+                elif interval[1] >= tie:
+                    undecided = True
+            if not undecided:
+                break
+        return runs
 
     def adopt(self, chosen: TrialResult, reference: TrialResult, stage: str) -> None:
         """Make ``chosen`` the incumbent; ``reference`` is the old one measured beside it."""

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from tuneup.autotune import protocol, space
 from tuneup.autotune.search.budget import COMPILE_GUESS_S
 from tuneup.autotune.search.outcome import SearchError
-from tuneup.autotune.trials import Trial, TrialResult
+from tuneup.autotune.trials import Trial, TrialResult, merge, typical_step
 from tuneup.settings import Knobs
 
 if TYPE_CHECKING:
@@ -211,22 +211,34 @@ def compile_(search: Search) -> None:
                         f"needs ~{needed:.0f} s more budget")
             continue
         reference, result = search.measure([search.trial(search.incumbent), trial])
-        if reference.ok and search.acceptable(result) and _amortised(search, reference, result):
-            search.adopt(result, reference, "compile")
+        if not reference.ok or not search.acceptable(result):
+            continue
+        runs = search.race([reference, result])  # compile gains are often within one window's noise
+        compiled = merge(runs.get(result.trial.knobs, []))
+        if compiled is None:
+            continue  # raced out: slower
+        eager = merge(runs.get(reference.trial.knobs, [])) or reference
+        steps = (typical_step(runs.get(reference.trial.knobs, [reference])),
+                 typical_step(runs[result.trial.knobs]))
+        if _amortised(search, eager, compiled, *steps):
+            search.adopt(compiled, eager, "compile")
 
 
-def _amortised(search: Search, eager: TrialResult, compiled: TrialResult) -> bool:
-    """(eager step - compiled step) x expected steps must exceed the compile time."""
-    assert eager.step_time and compiled.step_time
+def _amortised(search: Search, eager: TrialResult, compiled: TrialResult, eager_step: float,
+               compiled_step: float) -> bool:
+    """Faster by at least ``min_gain`` (median step times), and (eager step - compiled step)
+    x expected steps exceeds the compile time."""
     compile_s = max(0.0, (compiled.warmup_s or 0) - (eager.warmup_s or 0))
     steps = search.options.expected_steps
-    saved = (eager.step_time - compiled.step_time) * steps
-    if not search.judge.better(compiled, eager):
-        search.reject(compiled, search.judge.versus(compiled, eager))
+    saved = (eager_step - compiled_step) * steps
+    if compiled_step * (1 + search.options.min_gain) > eager_step:
+        gain = eager_step / compiled_step - 1
+        search.reject(compiled, f"within noise ({gain:+.1%})" if gain > -search.options.min_gain
+                      else f"slower ({gain:+.0%})")
         return False
     if saved <= compile_s:
         search.reject(compiled, f"compile time {compile_s:.1f} s not repaid: saves "
-                                f"{(eager.step_time - compiled.step_time) * 1e3:.1f} ms/step x "
+                                f"{(eager_step - compiled_step) * 1e3:.1f} ms/step x "
                                 f"{steps} steps = {saved:.1f} s")
         return False
     return True
