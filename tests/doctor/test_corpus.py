@@ -29,7 +29,7 @@ def test_case(case: str) -> None:
     meta, snapshot = load(case)
     expect = meta["expect"]
     if expect[0].startswith("other:"):
-        requested = re.search(r"\d+\.\d+\.\d+", meta["requested"]).group(0)
+        requested = re.search(r"\d+\.\d+(?:\.\d+)?", meta["requested"]).group(0)
         diagnosis = diagnose(snapshot, requested_torch=requested)
         assert "python-unsupported" in {f.category for f in diagnosis.findings}
         return

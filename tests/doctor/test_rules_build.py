@@ -154,9 +154,12 @@ def test_vendor_builds_are_not_judged_by_the_wheel_tables() -> None:
         "cuda": "12.4",
         "cuda_available": True,
     }
-    diagnosis = run(machine(ngc, "550.54.15", ["NVIDIA GeForce RTX 5090"]))
+    diagnosis = run(machine(ngc, "550.54.15", ["NVIDIA GeForce RTX 4090"]))
     assert "arch-unsupported" not in categories(diagnosis)
     assert any("arch list" in text for _, text in diagnosis.unchecked)
+    # ... but its CUDA 12.4 toolkit cannot target sm_120, whatever the container ships
+    blackwell = run(machine(ngc, "550.54.15", ["NVIDIA GeForce RTX 5090"]))
+    assert {f.code for f in blackwell.findings if f.category == "arch-unsupported"} == {"TU106"}
 
 
 def test_unsuffixed_windows_wheel_that_sees_the_gpu_is_not_called_cpu_only() -> None:
@@ -210,3 +213,40 @@ def test_no_kernel_image_error_without_gpu_facts_warns() -> None:
         ],
     )
     assert only(run(snapshot), "TU102").severity == "warning"
+
+
+# A toolkit targets a range of architectures (architectures.csv first_cuda..last_cuda): a build
+# whose arch list is unknown (nightly, dev, source) still cannot cover a GPU outside the range.
+TOOLKIT_CASES = [  # (GPU, CUDA of the build, whether the toolkit can target the GPU)
+    ("NVIDIA GeForce RTX 5090", "12.1", False),
+    ("NVIDIA GeForce RTX 5070 Ti", "12.6", False),
+    ("NVIDIA GeForce RTX 5090", "12.8", True),
+    ("NVIDIA B200", "12.4", False),
+    ("NVIDIA H100 80GB HBM3", "11.7", False),
+    ("NVIDIA H100 80GB HBM3", "12.1", True),
+    ("Tesla K80", "12.1", False),
+    ("Tesla K80", "11.8", True),
+    ("NVIDIA GeForce GTX 1080 Ti", "13.0", False),
+    ("Tesla V100-SXM2-32GB", "13.0", False),
+    ("NVIDIA GeForce RTX 3090", "13.0", True),
+    ("NVIDIA GeForce RTX 4090", "11.8", True),
+]
+
+
+def test_the_toolkit_settles_builds_without_a_known_arch_list() -> None:
+    for gpu, cuda, targets in TOOLKIT_CASES:
+        tag = "cu" + cuda.replace(".", "")
+        for version in (f"2.9.0.dev20250601+{tag}", f"2.4.0a0+git1234abc"):
+            torch = {"version": version, "build": "cuda", "cuda": cuda, "cuda_available": True}
+            diagnosis = run(machine(torch, "590.48.01", [gpu]))
+            found = [f for f in diagnosis.findings if f.code == "TU106"]
+            assert bool(found) is not targets, (gpu, version, [f.code for f in diagnosis.findings])
+            if found:
+                assert found[0].severity == "error" and f"CUDA {cuda}" in found[0].message
+                assert found[0].fix
+
+
+def test_the_toolkit_rule_stays_out_when_the_arch_list_is_known() -> None:
+    torch = {**cuda_torch("2.5.1+cu121"), "arch_list": ["sm_80", "sm_86", "sm_90"]}
+    diagnosis = run(machine(torch, "590.48.01", ["NVIDIA GeForce RTX 5090"]))
+    assert "TU106" not in codes(diagnosis) and "TU101" in codes(diagnosis)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from doctor_helpers import categories, cuda_torch, machine, only, run
+from doctor_helpers import categories, codes, cuda_torch, machine, only, run
+
+from tuneup.machine.versions import distinct_versions
 
 SYSTEM_CUDNN = [
     "/usr/local/cuda-11.4/targets/x86_64-linux/lib/libcudnn.so.8",
@@ -95,3 +97,39 @@ def test_new_cudnn_drops_pre_turing_gpus() -> None:
         ["Tesla V100-SXM2-16GB"],
     )
     assert only(run(snapshot), "TU303").severity == "warning"
+
+
+def _with_system_cudnn(torch: dict, system: list[str], pip: dict | None = None) -> object:
+    snapshot = machine(torch, "550.54.14", ["NVIDIA GeForce RTX 4090"])
+    snapshot.cudnn_libraries = system
+    snapshot.cudnn_versions = distinct_versions(system)
+    snapshot.pip_packages = pip
+    return run(snapshot)
+
+
+def test_a_system_cudnn_of_the_same_major_beside_the_pip_one_is_two_builds() -> None:
+    cases = [  # (torch, system cuDNN entries, pip packages)
+        (cuda_torch("2.6.0+cu126"), ["/usr/lib/x86_64-linux-gnu/libcudnn.so.9.8.0"], None),
+        (cuda_torch("2.12.1+cu130"), ["9.23.2"], {"nvidia-cudnn-cu13": "9.20.0.48"}),
+        (
+            {"version": "2.13.0.dev20260521+cu130", "build": "cuda", "cuda": "13.0"},
+            ["/lib/x86_64-linux-gnu/libcudnn_engines_tensor_ir.so.9"],
+            None,
+        ),
+    ]
+    for torch, system, pip in cases:
+        found = [f for f in _with_system_cudnn(torch, system, pip).findings if f.code == "TU304"]
+        assert len(found) == 1 and found[0].severity == "warning", (torch, system)
+
+
+def test_no_two_builds_finding_for_another_major_the_same_version_or_conda() -> None:
+    other_major = _with_system_cudnn(cuda_torch("2.6.0+cu126"), ["/usr/lib/libcudnn.so.8.9.7"])
+    assert "TU304" not in codes(other_major)
+    same = _with_system_cudnn(
+        cuda_torch("2.6.0+cu126"), ["9.5.1.17"], {"nvidia-cudnn-cu12": "9.5.1.17"}
+    )
+    assert "TU304" not in codes(same)
+    snapshot = machine(cuda_torch("2.6.0+cu126"), "550.54.14", ["NVIDIA GeForce RTX 4090"])
+    snapshot.cudnn_libraries = ["/usr/lib/x86_64-linux-gnu/libcudnn.so.9.8.0"]
+    snapshot.conda_packages = {"pytorch": "2.6.0", "cudnn": "9.8.0"}
+    assert "TU304" not in codes(run(snapshot))  # conda's torch links the conda cuDNN

@@ -61,3 +61,31 @@ def test_two_libnccl_versions_on_the_path() -> None:
         cuda_torch("2.2.0+cu121"), "550.54.14", None, nccl_versions=["2.18.1", "2.19.3"]
     )
     assert "TU404" in codes(run(snapshot))
+
+
+def _with_wheels(version: str, wheels: dict[str, str]) -> object:
+    snapshot = machine(cuda_torch(version), "550.54.14", ["NVIDIA A100-SXM4-80GB"] * 2)
+    snapshot.pip_packages = {"torch": version, **wheels}
+    return run(snapshot)
+
+
+def test_a_single_nccl_wheel_for_another_cuda_major_is_an_error() -> None:
+    for version, wheel in [("2.4.1+cu121", "nvidia-nccl-cu11"), ("2.9.0+cu130", "nvidia-nccl-cu12"),
+                           ("2.2.0+cu118", "nvidia-nccl-cu12")]:
+        found = [f for f in _with_wheels(version, {wheel: "2.21.5"}).findings if f.code == "TU405"]
+        assert len(found) == 1 and found[0].severity == "error", (version, wheel)
+
+
+def test_an_nccl_wheel_older_than_the_release_pin_is_a_warning() -> None:
+    old = _with_wheels("2.3.1+cu121", {"nvidia-nccl-cu12": "2.18.1"})  # 2.3 pins 2.20.5
+    assert "TU406" in codes(old)
+    pinned = _with_wheels("2.3.1+cu121", {"nvidia-nccl-cu12": "2.20.5"})
+    assert not {"TU405", "TU406", "TU407"} & codes(pinned)
+
+
+def test_cuda_11_nccl_wheels_cannot_be_captured_in_graphs() -> None:
+    for version in ("2.0.1+cu118", "2.2.0+cu118", "2.3.1+cu118"):
+        found = [f for f in _with_wheels(version, {"nvidia-nccl-cu11": "2.19.3"}).findings
+                 if f.code == "TU407"]
+        assert len(found) == 1 and found[0].severity == "warning", version
+    assert "TU407" not in codes(_with_wheels("2.2.0+cu121", {"nvidia-nccl-cu12": "2.19.3"}))

@@ -65,3 +65,26 @@ def test_visible_gpu_is_fine_and_cpu_builds_are_not_this_rule() -> None:
     )
     cpu = machine({"version": "2.4.1+cpu", "cuda_available": False}, "550.54.14", ["Tesla T4"])
     assert "no-gpu-visible" not in categories(run(cpu))
+
+
+def test_a_chosen_cuda_build_that_sees_no_gpu_is_an_error_even_with_nothing_else_known() -> None:
+    for version in ("1.13.0+cu117", "2.1.1+cu121", "2.7.1+cu128"):
+        torch = {**cuda_torch(version), "cuda_available": False}
+        found = [f for f in run(machine(torch, None, None)).findings if f.code == "TU504"]
+        assert len(found) == 1 and found[0].severity == "error", version
+        assert "container" in found[0].fix and "CUDA_VISIBLE_DEVICES" in found[0].fix
+
+
+def test_the_default_wheel_that_sees_no_gpu_is_only_a_warning() -> None:
+    torch = {"version": "2.4.1", "build": "cuda", "cuda": "12.1", "cuda_available": False}
+    found = [f for f in run(machine(torch, None, None)).findings if f.code == "TU504"]
+    assert len(found) == 1 and found[0].severity == "warning"
+
+
+def test_no_unexplained_finding_when_the_gpu_is_seen_or_known_absent_or_explained() -> None:
+    seen = {**cuda_torch("2.1.1+cu121"), "cuda_available": True}
+    assert "TU504" not in codes(run(machine(seen, None, None)))
+    blind = {**cuda_torch("2.1.1+cu121"), "cuda_available": False}
+    assert "TU504" not in codes(run(machine(blind, None, [])))  # known: no GPU
+    old_driver = run(machine(blind, "470.82.01", ["NVIDIA GeForce RTX 3090"]))
+    assert "TU504" not in codes(old_driver) and "driver-too-old" in categories(old_driver)

@@ -54,6 +54,12 @@ _CODES = [
     ),
     Code("TU105", "torch-not-installed", "build", "PyTorch is not installed"),
     Code(
+        "TU106",
+        "arch-unsupported",
+        "build",
+        "the build's CUDA toolkit cannot target the GPU's architecture",
+    ),
+    Code(
         "TU201",
         "driver-too-old",
         "driver",
@@ -78,12 +84,19 @@ _CODES = [
         "a foreign cuDNN on LD_LIBRARY_PATH can shadow the bundled one",
     ),
     Code("TU303", "cudnn-mismatch", "cudnn", "cuDNN 9.11+ with a GPU below compute capability 7.5"),
+    Code(
+        "TU304", "cudnn-mismatch", "cudnn", "a system cuDNN of the same major beside torch's pip cuDNN"
+    ),
     Code("TU401", "nccl-problem", "nccl", "NCCL wheels for two CUDA majors are installed"),
     Code("TU402", "nccl-problem", "nccl", "the loaded libnccl lacks a symbol PyTorch needs"),
     Code(
         "TU403", "nccl-problem", "nccl", "an NCCL transport is disabled by an environment variable"
     ),
     Code("TU404", "nccl-problem", "nccl", "a second libnccl can shadow the one PyTorch expects"),
+    Code("TU405", "nccl-problem", "nccl", "the NCCL wheel is for another CUDA major than torch"),
+    Code("TU406", "nccl-problem", "nccl", "the NCCL wheel is older than the one torch pins"),
+    Code("TU407", "nccl-problem", "nccl", "the NCCL cannot be captured in CUDA graphs"),
+    Code("TU408", "nccl-problem", "nccl", "NCCL reported an unhandled system error"),
     Code(
         "TU501",
         "no-gpu-visible",
@@ -102,9 +115,16 @@ _CODES = [
         "visibility",
         "the container runtime does not expose CUDA compute",
     ),
+    Code(
+        "TU504",
+        "no-gpu-visible",
+        "visibility",
+        "a CUDA build sees no GPU and nothing in the input explains why",
+    ),
     Code("TU601", "rocm-build", "rocm", "an AMD GPU with a CUDA build of PyTorch"),
     Code("TU602", "rocm-build", "rocm", "a ROCm build of PyTorch on an NVIDIA machine"),
     Code("TU603", "rocm-build", "rocm", "an AMD GPU with a CPU-only build of PyTorch"),
+    Code("TU604", "rocm-build", "rocm", "the ROCm build has no kernels for the AMD GPU's target"),
     Code(
         "TU701", "python-unsupported", "python", "no PyTorch wheel of this release for this Python"
     ),
@@ -113,6 +133,9 @@ _CODES = [
         "python-unsupported",
         "python",
         "this Python is newer or older than any known PyTorch release supports",
+    ),
+    Code(
+        "TU703", "python-unsupported", "python", "a Python other than CPython (PyPy, GraalPy...)"
     ),
     Code("TU801", "pcie-link", "performance", "a GPU's PCIe link runs below its maximum width"),
     Code(

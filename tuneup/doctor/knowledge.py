@@ -55,6 +55,11 @@ class Release:
     rocm_variants: tuple[str, ...]
     verified: bool
     source: str
+    python_max_by_os: tuple[tuple[str, str], ...] = ()  # ("windows", "3.12"): a narrower range
+
+    def python_max_on(self, os_family: str | None) -> str:
+        """The newest Python with wheels on ``os_family`` (the release's own when not narrower)."""
+        return dict(self.python_max_by_os).get(os_family or "", self.python_max)
 
 
 @dataclass(frozen=True)
@@ -172,24 +177,91 @@ def driver_branch(driver: str) -> str | None:
 # ---------------------------------------------------------------- GPUs and architectures
 
 
+@dataclass(frozen=True)
+class GpuMatch:
+    """A product name's compute capability and whether only its series was recognised."""
+
+    cc: str
+    source: str
+    fallback: bool  # the exact model is not in gpus.csv; the series row of gpu_families.csv gave cc
+    family: str | None  # that series, e.g. "GeForce RTX 30 series (Ampere)"
+
+
+@dataclass(frozen=True)
+class _GpuRow:
+    pattern: re.Pattern[str]
+    cc: str
+    source: str
+    family: str | None
+
+
+# Another vendor's name can carry an NVIDIA-like model number ("Radeon 840M", "Arc A770").
+_OTHER_VENDOR = re.compile(
+    r"\b(?:amd|ati|radeon|instinct|intel|apple|matrox|qualcomm|adreno|mali|aspeed)\b"
+)
+# Words that vary within one chip: brand, board memory and form factor, laptop variants.
+_NAME_NOISE = re.compile(
+    r"\b(?:nvidia|geforce|laptop gpu|with max q design|max q|mobile|pcie|sxm\d?|hbm\d?e?|\d+ ?gb)\b"
+)
+_REGIONAL_SUFFIX = re.compile(r" d(?: v\d)?$")  # RTX 4090 D, RTX 5090 D v2: same chip
+
+
+def normalise_gpu_name(name: str) -> str:
+    """The words the GPU tables match on, so their patterns need not spell out every variant.
+
+    ``"NVIDIA GeForce RTX 3060 Laptop GPU"`` → ``"rtx 3060"``,
+    ``"NVIDIA A100-SXM4-80GB"`` → ``"a100"``.
+    """
+    words = re.sub(r"[^a-z0-9]+", " ", name.lower())
+    words = re.sub(r" +", " ", _NAME_NOISE.sub(" ", words)).strip()
+    return _REGIONAL_SUFFIX.sub("", words)
+
+
+def _compile_rows(table: str) -> list[_GpuRow]:
+    return [
+        _GpuRow(re.compile(rf"\b(?:{r['pattern']})\b"), r["cc"], r["source"], r.get("family"))
+        for r in _read(table)
+    ]
+
+
 @cache
-def _gpu_patterns() -> list[tuple[re.Pattern[str], str, str]]:
-    rows = _read("gpus.csv")
-    return [(re.compile(rf"\b(?:{r['pattern']})\b"), r["cc"], r["source"]) for r in rows]
+def _gpu_patterns() -> list[_GpuRow]:
+    return _compile_rows("gpus.csv")
+
+
+@cache
+def _family_patterns() -> list[_GpuRow]:
+    return _compile_rows("gpu_families.csv")
+
+
+def _longest_match(rows: list[_GpuRow], name: str) -> _GpuRow | None:
+    """The row whose match covers most of the name (``gtx titan x`` beats ``titan x``)."""
+    best, best_length = None, 0
+    for row in rows:
+        for match in row.pattern.finditer(name):
+            if match.end() - match.start() > best_length:
+                best, best_length = row, match.end() - match.start()
+    return best
+
+
+def gpu_lookup(gpu_name: str | None) -> GpuMatch | None:
+    """Compute capability of an NVIDIA product name: the exact model, else its series."""
+    name = normalise_gpu_name(gpu_name or "")
+    if not name or _OTHER_VENDOR.search(name):
+        return None
+    exact = _longest_match(_gpu_patterns(), name)
+    if exact is not None:
+        return GpuMatch(exact.cc, exact.source, False, None)
+    series = _longest_match(_family_patterns(), name)
+    if series is None:
+        return None
+    return GpuMatch(series.cc, series.source, True, series.family)
 
 
 def compute_capability(gpu_name: str | None) -> str | None:
-    """Compute capability of a product name, by the longest matching table entry."""
-    if not gpu_name:
-        return None
-    name = re.sub(r"\s+", " ", gpu_name.lower().replace("-", " "))
-    best: tuple[int, str] | None = None
-    for pattern, cc, _ in _gpu_patterns():
-        for match in pattern.finditer(name):
-            length = match.end() - match.start()
-            if best is None or length > best[0]:
-                best = (length, cc)
-    return best[1] if best else None
+    """Compute capability of a product name (see :func:`gpu_lookup`)."""
+    match = gpu_lookup(gpu_name)
+    return match.cc if match else None
 
 
 @cache
@@ -274,6 +346,10 @@ def releases() -> tuple[Release, ...]:
                 _split(r["rocm_variants"]),
                 r["status"] == VERIFIED,
                 r["source"],
+                tuple(
+                    tuple(pair.split(":", 1))  # type: ignore[misc]
+                    for pair in _split(r.get("python_max_by_os") or "")
+                ),
             )
         )
     return tuple(sorted(rows, key=lambda rel: versions.major_minor(rel.release) or (0, 0)))
@@ -338,10 +414,10 @@ def default_variant(release: Release, os_family: str | None) -> tuple[str, bool]
     return row["variant"], row["status"] == VERIFIED
 
 
-def python_supported(release: Release, python: str) -> bool:
+def python_supported(release: Release, python: str, os_family: str | None = None) -> bool:
     py = versions.major_minor(python)
     return py is not None and versions.major_minor(release.python_min) <= py <= versions.major_minor(
-        release.python_max
+        release.python_max_on(os_family)
     )
 
 

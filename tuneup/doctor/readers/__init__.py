@@ -47,8 +47,9 @@ def _parse(text: str) -> Snapshot:
     if document is not None:  # e.g. JSON below the command line that printed it
         return _snapshot_of(document)
     raise ReportError(
-        "the text is neither a collect_env report nor tuneup JSON "
-        f"(no 'PyTorch version:', 'CUDA used to build PyTorch:' ... lines): {HOW_TO_GET_ONE}"
+        "the text holds no fact the doctor knows: no collect_env line ('PyTorch version:', "
+        "'Python version:' ...), no nvidia-smi or nvcc output, no known torch/pip/NCCL error; "
+        f"{HOW_TO_GET_ONE}"
     )
 
 

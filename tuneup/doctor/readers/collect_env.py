@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import re
 
+from tuneup.doctor.messages import recognised
 from tuneup.machine.probe.host import parse_nvcc_version
 from tuneup.machine.probe.cpu_flags import relevant_flags
 from tuneup.doctor.readers.collect_env_lines import (
@@ -117,6 +118,7 @@ def _read_cpu(raw: RawReport, snap: Snapshot) -> None:
 def _read_platform(fields: dict[str, str], snap: Snapshot) -> None:
     plat = snap.platform
     plat.python_version = _first_version(fields.get("python"))
+    plat.python_implementation = _implementation(fields.get("python", ""))
     if known(fields.get("os")):
         plat.os = fields["os"]
     python_platform = fields.get("python_platform", "")
@@ -136,6 +138,14 @@ def _read_platform(fields: dict[str, str], snap: Snapshot) -> None:
         plat.is_wsl = False
     if known(fields.get("libc")):
         plat.libc = fields["libc"]
+
+
+def _implementation(python: str) -> str | None:
+    """CPython, PyPy, GraalPy...: collect_env's Python line carries ``sys.version``'s brackets."""
+    for name in ("PyPy", "GraalPy", "IronPython", "Jython"):
+        if name.lower() in python.lower():
+            return name
+    return "CPython" if re.search(r"\[(?:GCC|MSC|Clang)", python) else None
 
 
 def _read_torch(raw: RawReport, snap: Snapshot) -> None:
@@ -308,9 +318,12 @@ def parse_collect_env(text: str) -> Snapshot | None:
     snap = Snapshot(source="collect_env")
     _read_free_text(text, snap)
     banner = "Collecting environment information" in text  # collect_env's first line
-    if not (
-        strong or banner or raw.pip is not None or raw.conda is not None or snap.driver.version
-    ):
+    evidence = (
+        strong or banner or raw.fields.keys() - {"ignored"} or raw.pip is not None
+        or raw.conda is not None or snap.driver.version or snap.cuda_toolkit
+        or recognised(text)
+    )
+    if not evidence:  # any collect_env line, nvidia-smi/nvcc output or known error is evidence
         return None
     _read_platform(raw.fields, snap)
     _read_torch(raw, snap)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from tuneup.doctor.messages import recognised
 from tuneup.machine.probe.host import ENV_NAMES, ENV_PREFIXES
 from tuneup.machine import versions
 
@@ -152,7 +153,7 @@ def scan(lines: list[str]) -> RawReport:
     def flush_block() -> None:
         text = " ".join(part.strip() for part in block if not _CODE_ECHO.match(part)).strip()
         text = text.replace("Collecting environment information...", "").strip()
-        if text and _WARNING.search(text):
+        if text and (_WARNING.search(text) or recognised(text)):
             raw.messages.append(text)
         block.clear()
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from tuneup.doctor import messages
 from tuneup.doctor.rules import (
     build,
     cpu,
@@ -24,6 +25,8 @@ def diagnose(
     snapshot: Snapshot, requested_torch: str | None = None, requested_python: str | None = None
 ) -> Diagnosis:
     """Run every rule over ``snapshot``; ``requested_*`` judge a torch/Python the user plans to use."""
+    if requested_torch is None and snapshot.torch.version is None:
+        requested_torch = messages.requested_torch(" ".join(snapshot.messages))  # pip's error
     ctx = Context(snapshot, requested_torch, requested_python)
     for rule in RULES:
         rule.check(ctx)

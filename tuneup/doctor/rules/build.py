@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from tuneup.doctor import knowledge as kb
+from tuneup.doctor import messages
 from tuneup.doctor.findings import ERROR, INFO, WARNING
 from tuneup.doctor.rules.context import Context, GpuFact
 from tuneup.doctor.rules.recommend import find_wheel, install_fix
@@ -20,13 +21,14 @@ def check(ctx: Context) -> None:
             _not_installed(ctx)
         else:
             ctx.skip(AREA, "the PyTorch version (not in the report)")
-        return
-    if build.kind == "cpu":
+    elif build.kind == "cpu":
         _cpu_only(ctx)
     elif build.kind == "cuda":
         _arch(ctx)
     elif build.kind is None:
         ctx.skip(AREA, f"whether {build.label} is a CUDA build (not stated)")
+    if build.kind != "cuda":
+        _no_kernel_message(ctx)  # the message is evidence even when the build is unknown
 
 
 def _not_installed(ctx: Context) -> None:
@@ -99,10 +101,15 @@ def _arch(ctx: Context) -> None:
         if gpu.cc is None:
             ctx.skip(AREA, f"{gpu.name}: compute capability unknown (not in the GPU table)")
         elif targets is None:
-            ctx.skip(AREA, f"{gpu.name}: the arch list of {ctx.build.label} is unknown")
+            if not _toolkit_cannot_target(ctx, gpu):
+                ctx.skip(AREA, f"{gpu.name}: the arch list of {ctx.build.label} is unknown")
         else:
             _arch_one(ctx, gpu, *targets)
-    if NO_KERNEL_IMAGE in ctx.all_messages and not ctx.has("arch-unsupported"):
+    _no_kernel_message(ctx)
+
+
+def _no_kernel_message(ctx: Context) -> None:
+    if messages.says(ctx.all_messages, "no-kernel-image") and not ctx.has("arch-unsupported"):
         ctx.add(
             "TU102",
             WARNING,
@@ -110,6 +117,41 @@ def _arch(ctx: Context) -> None:
             "compare python -c 'import torch; print(torch.cuda.get_arch_list())' with "
             "nvidia-smi --query-gpu=name,compute_cap --format=csv and install a build that lists your GPU's sm_XY",
         )
+
+
+def _toolkit_cannot_target(ctx: Context, gpu: GpuFact) -> bool:
+    """When the build's arch list is unknown (a nightly, a dev or unlisted version), its CUDA
+    toolkit still settles it: a toolkit compiles only for the architectures in its range
+    (sm_120 needs CUDA >= 12.8; CUDA 12.0 dropped Kepler, 13.0 Maxwell to Volta), so a GPU
+    outside that range has no kernels in the build, whatever its version. Adds the finding
+    and returns True in that case."""
+    build, cc = ctx.build, gpu.cc or ""
+    arch = kb.architecture(cc)
+    have = versions.major_minor(build.cuda)
+    if build.kind != "cuda" or have is None or arch is None:
+        return False
+    first, last = versions.major_minor(arch.first_cuda), versions.major_minor(arch.last_cuda)
+    if first is not None and have < first:
+        reason = f"which cannot target it (the first toolkit that can is CUDA {arch.first_cuda})"
+    elif last is not None and have > last:
+        reason = f"which no longer targets it (the last toolkit that does is CUDA {arch.last_cuda})"
+    else:
+        return False
+    wheel = find_wheel(ctx, cc=cc, start=build.release)
+    if wheel is not None:
+        fix = install_fix(ctx, *wheel)
+    elif first is not None and have < first:
+        fix = (f"install a build made with CUDA >= {arch.first_cuda}, e.g. the nightly: "
+               f"pip install --pre torch --index-url https://download.pytorch.org/whl/nightly/"
+               f"{versions.cuda_tag(arch.first_cuda)}")
+    else:
+        fix = (f"install a build made with CUDA <= {arch.last_cuda} (an older release for "
+               f"{arch.name}), or build PyTorch from source with TORCH_CUDA_ARCH_LIST={cc}")
+    ctx.add("TU106", ERROR,
+            f"{gpu.name} is compute capability {cc} ({arch.name}); {build.label} was built with "
+            f"CUDA {build.cuda} ({build.basis}), {reason}: the build has no kernels for this GPU.",
+            fix)
+    return True
 
 
 def _arch_one(

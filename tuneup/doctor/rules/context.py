@@ -51,6 +51,8 @@ class GpuFact:
     vendor: str | None  # "nvidia", "amd", None
     cc: str | None
     raw: GPU
+    # where cc came from, for messages: "report", "table" or "family fallback (<series>)"
+    cc_basis: str = "report"
 
 
 @dataclass(frozen=True)
@@ -167,12 +169,14 @@ class Context:
                 vendor = "amd"
             elif vendor is None and (NVIDIA_NAME.search(name) or gpu.compute_capability):
                 vendor = "nvidia"
-            cc = gpu.compute_capability
-            if cc is None and vendor != "amd":
-                cc = kb.compute_capability(name)
-                if cc is not None and vendor is None:
-                    vendor = "nvidia"  # the GPU table holds NVIDIA products only
-            facts.append(GpuFact(name or "unnamed GPU", vendor, cc, gpu))
+            cc, basis = gpu.compute_capability, "report"
+            known = kb.gpu_lookup(name) if cc is None and vendor != "amd" else None
+            if known is not None:
+                cc = known.cc
+                basis = f"family fallback ({known.family})" if known.fallback else "table"
+                if vendor is None:
+                    vendor = "nvidia"  # the GPU tables hold NVIDIA products only
+            facts.append(GpuFact(name or "unnamed GPU", vendor, cc, gpu, basis))
         if not facts:
             for pattern in CAPABILITY_WARNINGS:
                 for match in pattern.finditer(self.all_messages):

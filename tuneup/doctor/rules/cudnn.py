@@ -16,6 +16,8 @@ INCOMPATIBILITY = re.compile(
     r"\((\d+),\s*(\d+),\s*(\d+)\)"
 )
 BARE_VERSION = re.compile(r"\d+(?:\.\d+){1,3}")
+CUDNN_WHEEL = re.compile(r"nvidia-cudnn-cu(\d+)$")
+PIP_CUDNN_FROM = (2, 1)  # Linux CUDA wheels of torch >= 2.1 load cuDNN from an nvidia-cudnn wheel
 SM75_CUDNN = (9, 11)  # cuDNN 9.11.0 dropped GPUs below compute capability 7.5
 
 
@@ -26,12 +28,15 @@ def check(ctx: Context) -> None:
     if compiled is None or runtime is None:
         if runtime is None and compiled is not None and _ld_path_cudnn(ctx):
             _shadow_risk(ctx, compiled[0])
+        elif runtime is None and compiled is not None:
+            _two_builds(ctx, *compiled)
         elif compiled is None and runtime is not None:
             ctx.skip(AREA, f"cuDNN {runtime[0]} against torch's compiled cuDNN (unknown)")
         return
     (want, want_from), (got, got_from) = compiled, runtime
     if _compatible(want, got):
-        ctx.ok(AREA, f"runtime cuDNN {got} matches compiled cuDNN {want}")
+        if not _two_builds(ctx, want, want_from):
+            ctx.ok(AREA, f"runtime cuDNN {got} matches compiled cuDNN {want}")
         return
     message = (
         f"cuDNN {got} ({got_from}) is loaded, but torch was compiled against cuDNN {want} "
@@ -47,15 +52,29 @@ def _compiled(ctx: Context) -> tuple[str, str] | None:
     torch = ctx.snap.torch
     if torch.cudnn_compiled:
         return torch.cudnn_compiled, "torch.backends.cudnn"
-    for name, version in (ctx.snap.pip_packages or {}).items():
-        if name.startswith("nvidia-cudnn-cu"):
-            return version, f"pip {name}"
+    wheel = _cudnn_wheel(ctx)
+    if wheel is not None:
+        return wheel[1], f"pip {wheel[0]}"
     build = ctx.build
-    if build.kind == "cuda" and build.variant and build.is_published_wheel:
+    if build.kind == "cuda" and build.variant and (build.is_published_wheel or build.is_dev):
         row = ctx.variant_row(build.version, build.variant)
         if row is not None and row.cudnn:
-            return row.cudnn, f"bundled with the {row.release} {row.name} wheel"
+            nearest = " (the nearest release of this nightly)" if build.is_dev else ""
+            return row.cudnn, f"bundled with the {row.release} {row.name} wheel{nearest}"
     return None
+
+
+def _cudnn_wheel(ctx: Context) -> tuple[str, str] | None:
+    """(name, version) of the nvidia-cudnn wheel torch loads: the one for its CUDA major."""
+    wheels = {
+        int(match.group(1)): (name, version)
+        for name, version in (ctx.snap.pip_packages or {}).items()
+        if (match := CUDNN_WHEEL.match(name))
+    }
+    major = (versions.major_minor(ctx.build.cuda) or (None,))[0]
+    if major in wheels:
+        return wheels[major]
+    return wheels[max(wheels)] if len(wheels) == 1 or major is None and wheels else None
 
 
 def _runtime(ctx: Context) -> tuple[str, str] | None:
@@ -139,3 +158,52 @@ def _old_gpus(
                 "install a torch variant that ships cuDNN 9.10 (the cu126 builds), e.g. "
                 "pip install torch --index-url https://download.pytorch.org/whl/cu126",
             )
+
+
+def _two_builds(ctx: Context, wheel: str, wheel_from: str) -> bool:
+    """A system cuDNN of the same major beside the pip cuDNN torch loads: two builds, one process.
+
+    torch reaches its wheel's cuDNN through RUNPATH, but cuDNN 9 dlopens its engine
+    sub-libraries by bare soname, so one missing from the wheel (or a preloaded one) comes from
+    the system copy: two cuDNN versions in one process, which fails in odd places. A warning,
+    since it only bites when a sub-library resolves to the other copy.
+    """
+    if not _loads_pip_cudnn(ctx, wheel_from):
+        return False
+    system = [entry for entry in ctx.snap.cudnn_libraries or [] if entry.strip()]
+    system_versions = versions.distinct_versions(system) or []
+    same_major = [v for v in system_versions if _major(v) == _major(wheel)]
+    if not same_major or all(_same_build(v, wheel) for v in same_major):
+        return False
+    listed = ", ".join(system[:2]) + (" ..." if len(system) > 2 else "")
+    ctx.add(
+        "TU304",
+        WARNING,
+        f"two cuDNN {_major(wheel)} builds: torch loads cuDNN {wheel} ({wheel_from}), and the system "
+        f"has cuDNN {', '.join(same_major)} ({listed}); a sub-library found by soname can come "
+        "from the other one, mixing two cuDNN versions in one process.",
+        "keep one cuDNN: remove the system cuDNN from the loader path (LD_LIBRARY_PATH, or "
+        "/etc/ld.so.conf.d + sudo ldconfig), or pin the pip wheel to the system's version; "
+        "check with LD_DEBUG=libs python -c 'import torch; torch.backends.cudnn.version()' "
+        "2>&1 | grep libcudnn",
+    )
+    return True
+
+
+def _loads_pip_cudnn(ctx: Context, compiled_from: str) -> bool:
+    """Whether torch takes cuDNN from an nvidia-cudnn pip wheel (listed, or implied)."""
+    if compiled_from.startswith("pip "):
+        return True
+    build = ctx.build
+    if build.kind != "cuda" or ctx.os_family not in ("linux", None):
+        return False
+    if "pytorch" in (ctx.snap.conda_packages or {}) or build.release is None:
+        return False
+    return (versions.major_minor(build.release.release) or (0, 0)) >= PIP_CUDNN_FROM
+
+
+def _same_build(system: str, wheel: str) -> bool:
+    """Versions that are one build: equal as far as both are written, beyond the major alone."""
+    a, b = versions.release(system) or (), versions.release(wheel) or ()
+    n = min(len(a), len(b))
+    return n >= 2 and a[:n] == b[:n]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from tuneup.doctor import knowledge as kb
+from tuneup.doctor import messages
 from tuneup.doctor.findings import ERROR, INFO, WARNING
 from tuneup.doctor.rules.context import Context
 from tuneup.doctor.rules.recommend import find_wheel, install_fix
@@ -15,6 +16,8 @@ INSUFFICIENT = "CUDA driver version is insufficient for CUDA runtime version"
 def check(ctx: Context) -> None:
     build = ctx.build
     if build.kind != "cuda" or not build.cuda:
+        if _said_too_old(ctx):
+            return
         if ctx.nvidia_present and build.kind is None:
             ctx.skip(AREA, "driver against the build's CUDA (the build's CUDA version is unknown)")
         return
@@ -25,7 +28,7 @@ def check(ctx: Context) -> None:
     runs = ctx.driver_runs(build.cuda)
     driver = ctx.snap.driver.version
     known = ctx.driver_max_cuda
-    if runs is None and INSUFFICIENT in ctx.all_messages:
+    if runs is None and messages.says(ctx.all_messages, "driver-insufficient"):
         ctx.add(
             "TU201",
             ERROR,
@@ -87,3 +90,21 @@ def _too_old(ctx: Context, need: kb.DriverNeed, have: str) -> None:
 
 def _driver_step(need: kb.DriverNeed) -> str:
     return f"update the NVIDIA driver to {kb.driver_branch(need.floor_driver or '')} or newer (>= {need.floor_driver})"
+
+
+def _said_too_old(ctx: Context) -> bool:
+    """torch's own 'driver too old' / 'insufficient' message settles it without the build's CUDA."""
+    text = ctx.all_messages
+    if not (messages.says(text, "driver-too-old") or messages.says(text, "driver-insufficient")):
+        return False
+    known = ctx.driver_max_cuda
+    level = f" (it runs CUDA {known[0]} at most: {known[1]})" if known else ""
+    ctx.add(
+        "TU201",
+        ERROR,
+        f"torch reported that the NVIDIA driver is too old for the CUDA runtime of the build{level}.",
+        "update the NVIDIA driver to one whose CUDA level (nvidia-smi, top right) is at least "
+        "torch.version.cuda; or install a torch build for an older CUDA"
+        + (f" (<= {known[0]})" if known else ""),
+    )
+    return True

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from tuneup.doctor import knowledge as kb
+from tuneup.doctor import messages
 from tuneup.doctor.findings import ERROR, WARNING
 from tuneup.doctor.rules.context import Context
 from tuneup.machine import versions
@@ -19,19 +20,100 @@ TRANSPORT_SWITCHES = {
 }
 
 
+# NCCL's own pip wheels for CUDA 11 are built with the CUDA 11.0 runtime (NCCL prints
+# "NCCL version 2.19.3+cuda11.0", https://github.com/vllm-project/vllm/issues/3069); NCCL calls
+# can be captured in a CUDA graph only from a 11.3 runtime on (NCCL's own warning says so).
+WHEEL_BUILT_WITH = {11: (11, 0)}
+GRAPH_CAPTURE_FROM = (11, 3)
+
+
 def check(ctx: Context) -> None:
     _wheels(ctx)
+    _wheel_fit(ctx)
+    _graph_capture(ctx)
     _symbols(ctx)
+    _system_error(ctx)
     _libraries(ctx)
     _switches(ctx)
 
 
-def _wheels(ctx: Context) -> None:
+def _nccl_wheels(ctx: Context) -> dict[int, tuple[str, str]]:
+    """CUDA major -> (name, version) of each installed nvidia-nccl-cuXX wheel."""
     wheels = {}
     for name, version in (ctx.snap.pip_packages or {}).items():
         match = NCCL_WHEEL.match(name)
         if match:
             wheels[int(match.group(1))] = (name, version)
+    return wheels
+
+
+def _wheel_fit(ctx: Context) -> None:
+    """The one NCCL wheel against the build: its CUDA major, and the release's pinned NCCL."""
+    wheels, build = _nccl_wheels(ctx), ctx.build
+    major = (versions.major_minor(build.cuda) or (None,))[0]
+    if len(wheels) != 1 or build.kind != "cuda" or major is None:
+        return
+    ((wheel_major, (name, version)),) = wheels.items()
+    if wheel_major != major:
+        ctx.add(
+            "TU405",
+            ERROR,
+            f"{name}=={version} is NCCL for CUDA {wheel_major}, but {build.label} is a CUDA {major} "
+            f"build ({build.basis}): torch loads that libnccl and lacks symbols or crashes in "
+            "collectives.",
+            f"pip uninstall -y {name} && pip install nvidia-nccl-cu{major}  (or reinstall torch, "
+            "which pins the right one)",
+        )
+        return
+    row = ctx.variant_row(build.version, build.variant) if build.version and build.variant else None
+    pinned = row.nccl if row is not None else None
+    if pinned and (versions.release(version) or ()) < (versions.release(pinned) or ()):
+        ctx.add(
+            "TU406",
+            WARNING,
+            f"{name}=={version} is older than NCCL {pinned}, which torch {row.release} {row.name} "
+            "pins: torch may call NCCL functions this library lacks.",
+            f"pip install '{name}>={pinned}' (or pip install --force-reinstall torch=={build.version})",
+        )
+
+
+def _graph_capture(ctx: Context) -> None:
+    wheels = _nccl_wheels(ctx)
+    major = (versions.major_minor(ctx.build.cuda) or (None,))[0]
+    said = messages.says(ctx.all_messages, "nccl-graph-capture")
+    built = WHEEL_BUILT_WITH.get(major) if major in wheels else None
+    if not said and (built is None or built >= GRAPH_CAPTURE_FROM):
+        return
+    name = f"{wheels[major][0]}=={wheels[major][1]}" if major in wheels else "the loaded NCCL"
+    basis = "NCCL's own warning" if said else f"{name} is built with CUDA {built[0]}.{built[1]}"
+    ctx.add(
+        "TU407",
+        ERROR if said else WARNING,
+        f"NCCL calls cannot be captured in CUDA graphs ({basis}; capture needs an NCCL built with "
+        "CUDA >= 11.3): multi-GPU runs that use CUDA graphs (vLLM, torch.compile "
+        "mode='reduce-overhead') fail, single-GPU runs do not.",
+        "use a CUDA 12 build of torch (pip install torch --index-url "
+        "https://download.pytorch.org/whl/cu121 or newer), whose nvidia-nccl-cu12 is built with "
+        "CUDA 12; or run without CUDA graphs (vLLM: --enforce-eager)",
+    )
+
+
+def _system_error(ctx: Context) -> None:
+    if not messages.says(ctx.all_messages, "nccl-system-error"):
+        return
+    ctx.add(
+        "TU408",
+        WARNING,
+        "NCCL failed with 'unhandled system error': a system call failed (most often shared memory "
+        "too small in a container, a network interface NCCL picked that does not route, or peer "
+        "access blocked).",
+        "rerun with NCCL_DEBUG=INFO to see the call; in Docker add --ipc=host (or --shm-size=8g); "
+        "pin the interface with NCCL_SOCKET_IFNAME=<iface>; try NCCL_P2P_DISABLE=1 once to test",
+    )
+
+
+def _wheels(ctx: Context) -> None:
+    wheels = _nccl_wheels(ctx)
     if len(wheels) < 2:
         if wheels:
             ctx.ok(AREA, f"one NCCL wheel ({' '.join(f'{n}=={v}' for n, v in wheels.values())})")

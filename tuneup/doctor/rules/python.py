@@ -16,6 +16,17 @@ def check(ctx: Context) -> None:
     if python is None:
         ctx.skip(AREA, "Python version (not in the report)")
         return
+    implementation = ctx.snap.platform.python_implementation
+    if implementation not in (None, "CPython"):
+        ctx.add(
+            "TU703",
+            ERROR,
+            f"the interpreter is {implementation} (Python {python}); PyTorch publishes wheels for "
+            "CPython only, so pip finds no torch to install (or an old placeholder).",
+            f"create the environment with CPython, e.g. uv venv --python {_cpython_for(python)} "
+            "(or conda create -n torch python=3.12), then install torch there",
+        )
+        return
     py = versions.major_minor(python)
     if build.release is None:
         if build.version is None:
@@ -24,7 +35,7 @@ def check(ctx: Context) -> None:
             ctx.skip(AREA, f"Python {python} against {build.label} (release not in the tables)")
         return
     release = build.release
-    if kb.python_supported(release, python):
+    if kb.python_supported(release, python, ctx.os_family):
         ctx.ok(
             AREA,
             f"Python {python} is supported by torch {release.release} "
@@ -32,20 +43,22 @@ def check(ctx: Context) -> None:
         )
         return
     installed = not build.requested and ctx.snap.torch.installed
-    newer = py > versions.major_minor(release.python_max)
+    top = release.python_max_on(ctx.os_family)
+    newer = py > versions.major_minor(top)
+    where = f" on {ctx.os_family}" if top != release.python_max else ""
     message = (
-        f"{build.label} has wheels for Python {release.python_min}-{release.python_max} only, "
+        f"{build.label} has wheels for Python {release.python_min}-{top}{where} only, "
         f"not Python {python}"
         + (" (pip finds no matching distribution)." if not installed else ".")
     )
     severity = ERROR if release.verified and not installed else WARNING
-    ctx.add("TU701", severity, message, _fix(release, python, newer))
+    ctx.add("TU701", severity, message, _fix(release, python, newer, ctx.os_family))
 
 
-def _fix(release: kb.Release, python: str, newer: bool) -> str:
-    fitting = [r for r in kb.releases() if kb.python_supported(r, python)]
+def _fix(release: kb.Release, python: str, newer: bool, os_family: str | None) -> str:
+    fitting = [r for r in kb.releases() if kb.python_supported(r, python, os_family)]
     python = versions.major_minor_text(python)  # "3.10", not "3.10.1"
-    bound = release.python_max if newer else release.python_min
+    bound = release.python_max_on(os_family) if newer else release.python_min
     step = f"use Python {bound} with torch {release.release}"
     if newer:
         later = [r for r in fitting if versions.major_minor(r.release) > versions.major_minor(release.release)]
@@ -60,8 +73,14 @@ def _fix(release: kb.Release, python: str, newer: bool) -> str:
     return step
 
 
-def _any_release(ctx: Context, python: str) -> None:
+def _cpython_for(python: str) -> str:
+    """The CPython minor to suggest: the same language level when torch has wheels for it."""
     fitting = [r for r in kb.releases() if kb.python_supported(r, python)]
+    return versions.major_minor_text(python) if fitting else kb.releases()[-1].python_max
+
+
+def _any_release(ctx: Context, python: str) -> None:
+    fitting = [r for r in kb.releases() if kb.python_supported(r, python, ctx.os_family)]
     if fitting:
         ctx.ok(
             AREA, f"Python {python} has torch wheels ({fitting[0].release}-{fitting[-1].release})"

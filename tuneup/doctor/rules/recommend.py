@@ -27,7 +27,7 @@ def find_wheel(
     and exists for the machine's Python; None when no table row fits."""
     platform = "windows" if ctx.os_family == "windows" else "linux"
     for release in _search_order(start, same_release_only):
-        if ctx.python and not kb.python_supported(release, ctx.python):
+        if ctx.python and not kb.python_supported(release, ctx.python, ctx.os_family):
             continue
         newest_first = sorted(
             release.variants, key=lambda v: versions.major_minor(versions.cuda_from_tag(v)), reverse=True

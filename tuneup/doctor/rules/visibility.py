@@ -4,13 +4,26 @@ from __future__ import annotations
 
 from tuneup.doctor.findings import ERROR, WARNING
 from tuneup.doctor.rules.context import Context
+from tuneup.machine import versions
 
 AREA = "visibility"
 
 
+UNEXPLAINED_FIX = (
+    "find which of the usual causes holds: nvidia-smi fails or hangs → the driver module is not "
+    "loaded or is wedged (reboot, or reload nvidia_uvm after a suspend: sudo rmmod nvidia_uvm && "
+    "sudo modprobe nvidia_uvm); in a container → start it with --gpus all (NVIDIA Container "
+    "Toolkit); CUDA_VISIBLE_DEVICES set to '' or -1 → unset it; on WSL → install the Windows "
+    "NVIDIA driver, not a Linux one. Then re-run tuneup doctor"
+)
+
+
 def check(ctx: Context) -> None:
     torch = ctx.snap.torch
-    if ctx.build.requested or ctx.build.kind not in ("cuda", None) or not ctx.nvidia_present:
+    if ctx.build.requested or ctx.build.kind not in ("cuda", None):
+        return
+    if not ctx.nvidia_present:
+        _unexplained(ctx)
         return
     sees_none = torch.cuda_available is False or (
         torch.cuda_available is None and torch.device_count == 0
@@ -90,3 +103,32 @@ def _hidden_by_visible_devices(ctx: Context) -> str:
             if index < 0 or index >= count:
                 return f"names GPU {index} but only {count} GPU(s) exist (indices 0..{count - 1})"
     return ""
+
+
+def _unexplained(ctx: Context) -> None:
+    """A CUDA build that reports no usable GPU on a machine the input says nothing more about.
+
+    Choosing a CUDA build (a ``+cuXYZ`` wheel, a conda CUDA build) says a GPU was meant to be
+    used, so torch seeing none is an error in its own right. An unsuffixed build that is CUDA
+    only because it is the default Linux wheel says nothing of intent: a warning.
+    """
+    torch, build = ctx.snap.torch, ctx.build
+    if build.kind != "cuda" or build.assumed or torch.cuda_available is not False:
+        return
+    if ctx.snap.gpus == [] or ctx.has("driver-too-old") or ctx.has("rocm-build"):
+        return  # known to have no GPU, or already explained
+    conda = ctx.snap.conda_packages or {}
+    chosen = (versions.local(build.version or "") or "").startswith("cu") or bool(
+        {"pytorch-cuda", "cudatoolkit"} & set(conda)
+    )
+    reason = f" ({torch.init_error})" if torch.init_error else ""
+    head = f"{build.label} (CUDA {build.cuda}) reports no usable GPU (Is CUDA available: False){reason}"
+    if chosen or torch.init_error:
+        ctx.add("TU504", ERROR, f"{head}, and the input names no GPU or driver that explains it.",
+                UNEXPLAINED_FIX)
+    else:
+        ctx.add("TU504", WARNING,
+                f"{head}; fine on a machine without an NVIDIA GPU (the default Linux wheel is a "
+                "CUDA build), a problem on one with a GPU.",
+                "on a machine without an NVIDIA GPU nothing is wrong (the CPU wheel is smaller: "
+                "--index-url https://download.pytorch.org/whl/cpu); with a GPU: " + UNEXPLAINED_FIX)
