@@ -210,3 +210,15 @@ def test_verbose_prints_the_summary_at_exit(monkeypatch, capsys):
     telemetry.print_summary()
     assert capsys.readouterr().err == ("tuneup: 4 steps, 32 samples/s, waited for data 50% of "
                                        "the time — run `tuneup autotune`\n")
+
+
+def test_samples_are_counted_from_the_sampler_whatever_the_collate_makes():
+    class Batch:  # a custom object: no tensor first dimension to read the count from
+        def __init__(self, samples):
+            self.x = torch.stack([s[0] for s in samples]).T  # features-first, as some scripts do
+            self.y = torch.stack([s[1] for s in samples])
+
+    loader = tuned_loader(make_dataset(70), batch_size=32, collate_fn=Batch)
+    for _ in loader:
+        pass
+    assert loader.telemetry.samples == 70

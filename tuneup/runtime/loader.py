@@ -61,6 +61,7 @@ class TunedLoader:
         self.dataloader = DataLoader(self.dataset, **self.dataloader_kwargs(knobs))
         device = self.loop.device if self.loop is not None else None
         self._device = device if device is not None and device.type != "cpu" else None
+        self._counted: int | None = None  # samples the sampler put in the latest batch
         self._non_blocking = bool(self.dataloader.pin_memory)
 
     def dataloader_kwargs(self, knobs: Knobs) -> dict[str, Any]:
@@ -98,6 +99,7 @@ class TunedLoader:
         clock = time.perf_counter
         iterator = iter(self.dataloader if source is None else source)
         expect = self._expected_counts()
+        exact = not isinstance(self.dataset, IterableDataset)  # the sampler's counts are exact
         moving = self._device is not None
         try:
             while True:
@@ -110,6 +112,8 @@ class TunedLoader:
                 except StopIteration:
                     return
                 telemetry.data_wait_s += clock() - started
+                expected = next(expect, None)
+                self._counted = expected if exact else None
                 samples = self.samples_in(batch)
                 telemetry.samples += samples
                 if self.loop is None:
@@ -118,7 +122,7 @@ class TunedLoader:
                     copy_started = clock()
                     batch = move_to(batch, self._device, self._non_blocking)
                     telemetry.copy_s += clock() - copy_started
-                note_expected(next(expect, None))
+                note_expected(expected)
                 yield batch
         finally:
             note_expected(None)
@@ -140,10 +144,11 @@ class TunedLoader:
         return iter(counts)
 
     def samples_in(self, batch: Any) -> int:
-        """Samples in one batch from the inner DataLoader."""
+        """Samples in one batch from the inner DataLoader: as many as its BatchSampler put in
+        (whatever shape a custom ``collate_fn`` gives the batch), else its first dimension."""
         if self.dataloader.batch_sampler is None:  # no automatic batching: one sample
             return 1
-        return batch_size_of(batch) or 1
+        return self._counted or batch_size_of(batch) or 1
 
     def __len__(self) -> int:
         return len(self.dataloader)
