@@ -9,7 +9,9 @@ import re
 import pytest
 
 from tuneup.doctor import knowledge as kb
+from tuneup.doctor.rules.context import Context
 from tuneup.machine import versions
+from tuneup.machine.snapshot import GPU, Snapshot
 
 # Product names as nvidia-smi, torch.cuda.get_device_name() or collect_env print them.
 PRODUCTS: dict[str, str] = {
@@ -276,6 +278,7 @@ PRODUCTS: dict[str, str] = {
     "GeForce GTX 260": "1.3",
     "Quadro FX 5800": "1.3",
     "GeForce GT 240": "1.2",
+    "GeForce 210": "1.2",
     "GeForce GT 330M": "1.2",
     "Quadro FX 380 Low Profile": "1.2",
     "NVS 3100M": "1.2",
@@ -347,7 +350,8 @@ def _arch_ccs() -> set[str]:
 @pytest.mark.parametrize(("name", "cc"), PRODUCTS.items())
 def test_product_names_resolve_exactly(name: str, cc: str) -> None:
     match = kb.gpu_lookup(name)
-    assert match is not None and (match.cc, match.fallback) == (cc, False), kb.normalise_gpu_name(name)
+    assert match is not None, kb.normalise_gpu_name(name)
+    assert (match.cc, match.fallback) == (cc, False), kb.normalise_gpu_name(name)
     assert kb.compute_capability(name) == cc
 
 
@@ -384,6 +388,20 @@ def test_other_vendors_have_no_nvidia_compute_capability(name: str) -> None:
     assert kb.compute_capability(name) is None
 
 
+def test_the_context_says_where_each_compute_capability_came_from() -> None:
+    gpus = [
+        GPU(index=0, name="NVIDIA GeForce RTX 3055"),
+        GPU(index=1, name="Tesla K80"),
+        GPU(index=2, name="Some Future Board", compute_capability="12.0"),
+    ]
+    facts = Context(Snapshot(gpus=gpus)).gpus
+    assert [(f.vendor, f.cc, f.cc_basis) for f in facts] == [
+        ("nvidia", "8.6", "family fallback (GeForce RTX 30 series (Ampere))"),
+        ("nvidia", "3.7", "table"),
+        ("nvidia", "12.0", "report"),
+    ]
+
+
 @pytest.mark.parametrize(
     ("raw", "normalised"),
     [
@@ -411,7 +429,8 @@ def test_gpu_rows_have_a_source_and_a_known_architecture(table: str) -> None:
 
 def test_architecture_rows_name_an_ordered_toolkit_range() -> None:
     for row in _table("architectures.csv"):
-        first, last = versions.major_minor(row["first_cuda"]), versions.major_minor(row["last_cuda"])
+        first = versions.major_minor(row["first_cuda"])
+        last = versions.major_minor(row["last_cuda"])
         if first and last:
             assert first <= last, row
 
@@ -423,7 +442,8 @@ def test_every_toolkit_row_targets_architectures_its_cuda_can_build() -> None:
         for target in variant.arches + variant.ptx:
             arch = kb.architecture(target)
             assert arch is not None, (variant, target)
-            first, last = versions.major_minor(arch.first_cuda), versions.major_minor(arch.last_cuda)
-            assert cuda is None or (
-                (first is None or first <= cuda) and (last is None or cuda <= last)
-            ), (variant.release, variant.name, variant.platform, target)
+            first = versions.major_minor(arch.first_cuda)
+            last = versions.major_minor(arch.last_cuda)
+            where = (variant.release, variant.name, variant.platform, target)
+            assert cuda is None or first is None or first <= cuda, where
+            assert cuda is None or last is None or cuda <= last, where

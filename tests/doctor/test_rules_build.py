@@ -250,3 +250,13 @@ def test_the_toolkit_rule_stays_out_when_the_arch_list_is_known() -> None:
     torch = {**cuda_torch("2.5.1+cu121"), "arch_list": ["sm_80", "sm_86", "sm_90"]}
     diagnosis = run(machine(torch, "590.48.01", ["NVIDIA GeForce RTX 5090"]))
     assert "TU106" not in codes(diagnosis) and "TU101" in codes(diagnosis)
+
+
+def test_a_cc_guessed_from_the_gpu_series_only_warns_and_says_so() -> None:
+    # an unlisted model of a listed series: its CC comes from the family table
+    for torch, gpu in [("2.8.0+cu128", "NVIDIA GeForce GTX 1077"),
+                       ("2.5.1+cu121", "NVIDIA GeForce RTX 5055")]:
+        diagnosis = run(machine(cuda_torch(torch), "590.48.01", [gpu]))
+        found = [f for f in diagnosis.findings if f.category == "arch-unsupported"]
+        assert found and all(f.severity == "warning" for f in found), (torch, gpu)
+        assert "guessed from its series" in found[0].message

@@ -147,8 +147,8 @@ def _toolkit_cannot_target(ctx: Context, gpu: GpuFact) -> bool:
     else:
         fix = (f"install a build made with CUDA <= {arch.last_cuda} (an older release for "
                f"{arch.name}), or build PyTorch from source with TORCH_CUDA_ARCH_LIST={cc}")
-    ctx.add("TU106", ERROR,
-            f"{gpu.name} is compute capability {cc} ({arch.name}); {build.label} was built with "
+    ctx.add("TU106", WARNING if gpu.cc_guessed else ERROR,
+            f"{gpu.name} is compute capability {cc} ({arch.name}{gpu.cc_note}); {build.label} was built with "
             f"CUDA {build.cuda} ({build.basis}), {reason}: the build has no kernels for this GPU.",
             fix)
     return True
@@ -169,7 +169,8 @@ def _arch_one(
     arch = kb.architecture(cc)
     family = f" ({arch.name})" if arch else ""
     message = (
-        f"{gpu.name} is compute capability {cc}{family}, but {build.label} has kernels only for "
+        f"{gpu.name} is compute capability {cc}{family}{gpu.cc_note}, but {build.label} has "
+        f"kernels only for "
         f"{shown} (from {where})."
     )
     wheel = find_wheel(ctx, cc=cc, start=build.release)
@@ -189,7 +190,8 @@ def _arch_one(
             f"no published PyTorch wheel in tuneup's tables has sm_{cc.replace('.', '')} kernels: "
             f"build PyTorch from source{last} with TORCH_CUDA_ARCH_LIST={cc}"
         )
-    ctx.add("TU101" if verified else "TU102", ERROR if verified else WARNING, message, fix)
+    proven = verified and not gpu.cc_guessed
+    ctx.add("TU101" if proven else "TU102", ERROR if proven else WARNING, message, fix)
 
 
 def _arch_name(entry: str, prefix: str) -> str:

@@ -54,6 +54,16 @@ class GpuFact:
     # where cc came from, for messages: "report", "table" or "family fallback (<series>)"
     cc_basis: str = "report"
 
+    @property
+    def cc_guessed(self) -> bool:
+        """The CC comes from the GPU's series, not its model: findings on it only warn."""
+        return self.cc_basis.startswith("family fallback")
+
+    @property
+    def cc_note(self) -> str:
+        """Said after the CC in a message when it was guessed."""
+        return f", guessed from its series by the {self.cc_basis}" if self.cc_guessed else ""
+
 
 @dataclass(frozen=True)
 class Build:
