@@ -213,16 +213,25 @@ class TunedLoop:
     def _accumulate(self, pieces: list[tuple[Any, float]], loss_fn: Callable[[Any], Any],
                     reduction: str, num_items: Any, observers: hooks.Observer) -> torch.Tensor:
         total: Any = None
-        for piece, share in pieces:
-            with self.autocast():
-                loss = loss_fn(piece)
-            if num_items is not None:
-                weight: Any = 1.0 / num_items
-            else:
-                weight = share if reduction == "mean" else 1.0
-            part = self._backpropagate(loss, weight, observers)
+        last = len(pieces) - 1
+        for index, (piece, share) in enumerate(pieces):
+            with self._sync_gradients(index == last):
+                with self.autocast():
+                    loss = loss_fn(piece)
+                if num_items is not None:
+                    weight: Any = 1.0 / num_items
+                else:
+                    weight = share if reduction == "mean" else 1.0
+                part = self._backpropagate(loss, weight, observers)
             total = part if total is None else total + part
         return total
+
+    def _sync_gradients(self, sync: bool) -> ContextManager[Any]:
+        """DDP (and FSDP) all-reduce gradients in every backward: on all pieces but the last,
+        ``no_sync()`` skips it, so a split batch costs one all-reduce per optimizer step. The
+        gradients the optimizer sees are the same; only the communication is less."""
+        no_sync = getattr(self.model, "no_sync", None)
+        return contextlib.nullcontext() if sync or no_sync is None else no_sync()
 
     def _closure_step(self, pieces: list[tuple[Any, float]], loss_fn: Callable[[Any], Any],
                       reduction: str, num_items: Any, max_grad_norm: float | None,

@@ -1,0 +1,75 @@
+"""Under DDP (2 ranks on gloo): a split batch all-reduces once per optimizer step, and the
+parameters equal plain DDP's on every rank."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import torch.nn.functional as F
+from runtime_helpers import make_dataset, make_model
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, DistributedSampler
+
+from tuneup import tuned_loader, tuned_loop
+
+WORLD = 2
+BATCH = 16
+
+
+def _both(rank: int, init: str, out: str, settings: str) -> None:
+    """Plain DDP, then the tuned loop, in one process group (one spawn: half the start-up)."""
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=WORLD)
+    torch.set_num_threads(1)
+    _train(rank, f"{out}.plain", tuned=False)
+    os.environ["TUNEUP_SETTINGS"] = settings
+    _train(rank, f"{out}.tuned", tuned=True)
+    dist.destroy_process_group()
+
+
+def _train(rank: int, out: str, tuned: bool) -> None:
+    model = DistributedDataParallel(make_model())
+    reductions = []
+
+    def counting(state, bucket):  # the default all-reduce, counted
+        reductions.append(1)
+        tensor = bucket.buffer().div_(WORLD)
+        return dist.all_reduce(tensor, async_op=True).get_future().then(lambda f: f.value()[0])
+
+    model.register_comm_hook(None, counting)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    dataset = make_dataset(128)
+    sampler = DistributedSampler(dataset, num_replicas=WORLD, rank=rank, shuffle=False)
+    if tuned:
+        loop = tuned_loop(model, optimizer)
+        loader = tuned_loader(dataset, batch_size=BATCH, sampler=sampler, loop=loop)
+        for batch in loader:
+            loop.train_step(batch, lambda b: F.cross_entropy(loop.model(b[0]), b[1]))
+        assert loop.applied_micro_batch == 4
+    else:
+        for x, y in DataLoader(dataset, batch_size=BATCH, sampler=sampler):
+            optimizer.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            optimizer.step()
+    steps = 128 // WORLD // BATCH
+    torch.save({"params": [p.detach() for p in model.parameters()],
+                "reductions": len(reductions), "steps": steps}, f"{out}.{rank}")
+
+
+def test_micro_batches_under_ddp_all_reduce_once_per_step_and_match_plain_ddp(
+    tmp_path: Path, write_settings
+) -> None:
+    settings = write_settings(micro_batch_size=4)
+    os.environ.pop("TUNEUP_SETTINGS")
+    init, out = f"file://{tmp_path / 'rendezvous'}", str(tmp_path / "run")
+    mp.spawn(_both, args=(init, out, str(settings)), nprocs=WORLD, join=True)
+    tuned, plain = ([torch.load(f"{out}.{kind}.{rank}") for rank in range(WORLD)]
+                    for kind in ("tuned", "plain"))
+    for rank in range(WORLD):
+        # one all-reduce per bucket per optimizer step, as plain DDP: not one per micro-batch
+        assert tuned[rank]["reductions"] == plain[rank]["reductions"] == tuned[rank]["steps"]
+        for a, b in zip(tuned[rank]["params"], plain[rank]["params"]):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
