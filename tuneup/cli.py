@@ -20,6 +20,7 @@ class LazyGroup(click.Group):
     COMMANDS = {
         "doctor": ("tuneup.doctor.command", "doctor", "Check driver, CUDA, cuDNN, NCCL, the PyTorch build and the GPU against each other."),
         "autotune": ("tuneup.autotune.command", "autotune", "Probe a training script and write the settings that make it fastest."),
+        "watch": ("tuneup.watch.command", "watch", "Run a training job (or attach to one) and say why it is as fast as it is."),
     }
 
     def list_commands(self, ctx: click.Context) -> list[str]:

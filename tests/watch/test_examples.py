@@ -1,0 +1,139 @@
+"""Real training jobs under the watcher on this CPU-only machine: the verdicts come from
+what was measured while they ran (the runtime's feed, or process CPU without it)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from tuneup.cli import main
+from tuneup.runtime.hooks import ENV_OBSERVERS
+from tuneup.watch import feed
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(autouse=True)
+def defaults(monkeypatch):
+    """PyTorch's defaults, whatever settings file an autotune run left beside the examples."""
+    monkeypatch.setenv("TUNEUP_DISABLE", "1")
+
+
+def watch(tmp_path: Path, *command: str) -> dict:
+    summary = tmp_path / "summary.json"
+    result = CliRunner().invoke(main, ["watch", "--interval", "0.25", "--summary", str(summary),
+                                       "--", sys.executable, *command])
+    assert result.exit_code == 0, result.output
+    return json.loads(summary.read_text())
+
+
+def test_the_image_example_is_input_bound(tmp_path):
+    result = watch(tmp_path, str(EXAMPLES / "train_images.py"), "--steps", "8")
+    verdict = result["verdict"]
+    assert verdict["kind"] == "input-bound", verdict
+    assert verdict["evidence"]["data_wait_share"] >= 0.10 and verdict["evidence"]["workers"] == 0
+    assert "num_workers=0" in verdict["action"]
+    assert "`tuneup autotune" in verdict["action"] and "--only loader`" in verdict["action"]
+
+
+def test_the_mlp_example_is_compute_bound(tmp_path):
+    result = watch(tmp_path, str(EXAMPLES / "train_mlp.py"), "--steps", "12")
+    verdict = result["verdict"]
+    assert verdict["kind"] == "compute-bound", verdict
+    assert verdict["evidence"]["data_wait_share"] < 0.10
+    assert result["figures"]["steps"] == 12 and result["figures"]["runtime"]["batch_size"] == 256
+
+
+SLOW_READS = textwrap.dedent("""
+    import time, torch
+    from tuneup import tuned_loader, tuned_loop
+
+    class SlowReads(torch.utils.data.Dataset):  # every sample waits on storage
+        def __len__(self):
+            return 64
+        def __getitem__(self, index):
+            time.sleep(0.01)
+            return torch.randn(8), index % 2
+
+    model = torch.nn.Linear(8, 2)
+    loop = tuned_loop(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    for _ in range(2):
+        for batch in tuned_loader(SlowReads(), batch_size=16, loop=loop):
+            loop.train_step(batch, lambda b: torch.nn.functional.cross_entropy(model(b[0]), b[1]))
+""")
+
+
+def test_attaching_to_a_job_started_with_the_feed_reads_its_figures(tmp_path):
+    script = tmp_path / "slow_reads.py"
+    script.write_text(SLOW_READS)
+    directory = tmp_path / "feed"
+    directory.mkdir()
+    env = {**os.environ, ENV_OBSERVERS: feed.OBSERVER, feed.ENV_FEED: str(directory)}
+    job = subprocess.Popen([sys.executable, str(script)], env=env)
+    try:
+        summary = tmp_path / "summary.json"
+        result = CliRunner().invoke(main, ["watch", "--pid", str(job.pid), "--interval", "0.25",
+                                           "--summary", str(summary)])
+    finally:
+        job.wait()
+    assert result.exit_code == 0, result.output
+    data = json.loads(summary.read_text())
+    assert data["verdict"]["kind"] == "input-bound", data["verdict"]
+    assert data["verdict"]["evidence"]["data_wait_share"] > 0.5
+    assert data["figures"]["steps"] == 8  # the final counters, written as the job exited
+    assert not any(note.startswith("no runtime feed") for note in data["notes"])
+
+
+# Plain PyTorch, no wrappers: DataLoader workers' CPU against the main process's decides.
+PLAIN = textwrap.dedent("""
+    import sys, time, torch
+    from torch.utils.data import DataLoader, Dataset
+    sys.path.insert(0, {examples!r})
+    import train_mlp
+
+    class Decoded(Dataset):  # pure-Python work per sample, as a decoder does
+        def __len__(self):
+            return 4096
+        def __getitem__(self, index):
+            total = 0
+            for n in range(30000):
+                total += n * index % 7
+            return torch.full((train_mlp.FEATURES,), float(total % 3)), index % 10
+
+    if __name__ == "__main__":
+        torch.manual_seed(0)
+        heavy = sys.argv[1] == "decode"
+        if heavy:
+            torch.set_num_threads(1)  # one for training, one core for the worker: no contention
+        dataset = Decoded() if heavy else train_mlp.make_dataset(2048)
+        model = train_mlp.make_model()
+        optimizer = train_mlp.make_optimizer(model)
+        loader = DataLoader(dataset, batch_size=64 if heavy else 256, shuffle=True,
+                            num_workers=1)
+        end = time.monotonic() + 3
+        while time.monotonic() < end:
+            for batch in loader:
+                optimizer.zero_grad()
+                train_mlp.compute_loss(model, batch).backward()
+                optimizer.step()
+                if time.monotonic() >= end:
+                    break
+""")
+
+
+@pytest.mark.parametrize(("work", "kind"), [("decode", "input-bound"), ("mlp", "compute-bound")])
+def test_plain_pytorch_with_workers(tmp_path, work, kind):
+    script = tmp_path / "plain.py"
+    script.write_text(PLAIN.format(examples=str(EXAMPLES)))
+    result = watch(tmp_path, str(script), work)
+    verdict = result["verdict"]
+    assert verdict["kind"] == kind, (verdict, result["figures"])
+    assert verdict["evidence"]["workers"] == 1 and verdict["evidence"]["data_wait_share"] is None

@@ -1,0 +1,72 @@
+"""The job's process tree: workers told apart from the trainer, CPU from each process's own
+times, busy threads counted."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from tuneup.watch.procs import ProcessTree, role_of
+from tuneup.watch.samples import HELPER, MAIN, WORKER
+
+PYTHON = ["/usr/bin/python3", "train.py", "--lr", "3"]
+
+
+@pytest.mark.parametrize(("cmdline", "parent", "role"), [
+    (PYTHON, None, MAIN),  # the job itself
+    (PYTHON, PYTHON, WORKER),  # forked: the parent's command line
+    (["python3", "-c", "from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=5)",
+      "--multiprocessing-fork"], PYTHON, WORKER),
+    (["python3", "-c", "from multiprocessing.resource_tracker import main;main(6)"], PYTHON,
+     HELPER),
+    (["python3", "/x/torch/_inductor/compile_worker/__main__.py", "--workers=2"], PYTHON, HELPER),
+    (PYTHON, ["torchrun", "--nproc-per-node", "2", "train.py"], MAIN),  # a launcher's trainer
+    (["bash", "run.sh"], None, MAIN),
+])
+def test_roles_from_command_lines(cmdline, parent, role):
+    assert role_of(cmdline, parent) == role
+
+
+JOB = textwrap.dedent("""
+    import multiprocessing as mp, sys, time
+    def burn(seconds):
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            pass
+    if __name__ == "__main__":
+        workers = [mp.get_context(kind).Process(target=burn, args=(30,))
+                   for kind in ("fork", "spawn")]
+        for worker in workers:
+            worker.start()
+        print("ready", flush=True)
+        time.sleep(30)
+""")
+
+
+def test_a_real_tree_with_forked_and_spawned_workers(tmp_path):
+    script = tmp_path / "job.py"
+    script.write_text(JOB)
+    job = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert job.stdout.readline().strip() == "ready"
+        tree = ProcessTree(job.pid)
+        first = tree.sample()
+        assert all(p.cpu_percent is None and p.busy_threads is None for p in first)
+        time.sleep(0.8)
+        roles = {p.pid: p for p in tree.sample()}
+        main = roles.pop(job.pid)
+        assert main.role == MAIN and main.cpu_percent < 20 and main.busy_threads == 0
+        workers = [p for p in roles.values() if p.role == WORKER]
+        assert len(workers) == 2, roles
+        assert all(p.cpu_percent > 30 and p.busy_threads == 1 for p in workers), workers
+        assert [p.role for p in roles.values() if p not in workers] == [HELPER]  # the tracker
+        assert {p.role for p in tree.sample(trainers={workers[0].pid})
+                if p.pid == workers[0].pid} == {MAIN}
+    finally:
+        job.kill()
+        job.wait()
+    assert tree.sample() == ()  # the root is gone: nothing to sample, no error

@@ -1,0 +1,141 @@
+"""The verdict rules on recorded windows (NVML replayed through the fake module) and on
+synthesised CPU-only windows: every kind, the order between them, and what each rests on."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from watch_helpers import RECORDINGS, load, replay
+
+from tuneup.watch.samples import MAIN, WORKER, HostSample, ProcessSample, RuntimeSample, Sample
+from tuneup.watch.verdict import RULES, Figures, decide, reduce
+
+KINDS = {"input-bound", "host-bound", "copy-bound", "compute-bound", "throttled",
+         "cpu-oversubscribed", "memory-pressure", "idle"}
+NAMES = sorted(path.stem for path in RECORDINGS.glob("*.json"))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_each_recording_gives_its_verdict(name):
+    recording = load(name)
+    verdict = decide(reduce(replay(recording)), "train.py")
+    assert verdict.kind == recording["expect"], (verdict, recording["about"])
+    assert verdict.evidence and verdict.action and verdict.reason
+
+
+def test_the_recordings_cover_every_kind():
+    assert {load(name)["expect"] for name in NAMES} == KINDS
+
+
+def test_evidence_holds_the_figures_the_rule_read():
+    throttled = decide(reduce(replay(load("throttled"))))
+    assert throttled.evidence["reasons"] == ["SwPowerCap", "SwThermalSlowdown"]
+    assert 0.7 < throttled.evidence["sm_clock_ratio"] < 0.8
+    copy = decide(reduce(replay(load("copy-bound"))), "clips.py")
+    assert copy.evidence["pin_memory"] is False and copy.evidence["pcie_rx_share"] >= 0.6
+    assert "`tuneup autotune clips.py --only loader`" in copy.action
+    starved = decide(reduce(replay(load("input-bound"))))
+    assert starved.evidence["data_wait_share"] == pytest.approx(0.58)
+    assert "num_workers=2" in starved.action and "--only loader" in starved.action
+
+
+def test_gpu_figures_count_only_the_gpus_the_job_holds():
+    recording = load("compute-bound")
+    busy = recording["devices"][0]
+    recording["devices"] = [busy, {**busy, "name": "someone else's"}]
+    recording["ticks"] = [[tick[0], {**tick[0], "util": 0, "processes": [[777, 2**30]]}]
+                          for tick in recording["ticks"]]
+    figures = reduce(replay(recording))
+    assert figures.gpus == 1 and figures.gpu_utilization >= 96
+
+
+def test_throttling_outranks_a_busy_gpu_and_memory_pressure_outranks_everything():
+    hot = reduce(replay(load("throttled")))
+    assert hot.gpu_utilization >= 90 and decide(hot).kind == "throttled"
+    full = dataclasses.replace(hot, gpu_memory_share=0.99)
+    assert decide(full).kind == "memory-pressure"
+    assert [rule.__name__ for rule in RULES][:4] == [
+        "idle", "memory_pressure", "throttled", "cpu_oversubscribed"]
+
+
+def test_a_gpu_resting_at_low_clocks_is_not_throttled():
+    idle = reduce(replay(load("idle")))
+    assert idle.sm_clock_ratio < 0.2 and idle.held_share == 0
+    assert decide(idle).kind == "idle"
+
+
+def test_no_verdict_figure_is_invented_without_a_source():
+    figures = reduce(replay(load("input-bound-workers")))
+    assert figures.data_wait_share is None and figures.steps is None
+    assert figures.runtime is None and figures.workers == 4
+
+
+# -- CPU-only windows: no NVML ------------------------------------------------------------
+HOST = HostSample(cpu_percent=95.0, iowait_percent=0.5, swap_bytes_s=0.0,
+                  memory_available=8 * 2**30, memory_total=16 * 2**30, usable_cores=2.0)
+
+
+def cpu_window(main: float, workers: list[float], wait_s: float | None = None,
+               ticks: int = 5, busy: int = 1, **host: float) -> list[Sample]:
+    samples = []
+    for tick in range(ticks):
+        processes = (ProcessSample(10, MAIN, main, busy, 4, 2**30, None), *(
+            ProcessSample(11 + n, WORKER, cpu, int(cpu >= 20), 2, 2**29, None)
+            for n, cpu in enumerate(workers)))
+        runtime = () if wait_s is None else (RuntimeSample(
+            pid=10, steps=4 * (tick + 1), samples=512 * (tick + 1), elapsed_s=float(tick + 1),
+            data_wait_s=wait_s * (tick + 1), copy_s=0.0, device="cpu", num_workers=len(workers),
+            pin_memory=False, prefetch_factor=None, batch_size=128, torch_threads=2),)
+        samples.append(Sample(t=float(tick), gpus=(), processes=processes,
+                              host=dataclasses.replace(HOST, **host), runtime=runtime))
+    return samples
+
+
+@pytest.mark.parametrize(("wait_s", "kind"), [(0.6, "input-bound"), (0.12, "input-bound"),
+                                              (0.05, "compute-bound"), (0.0, "compute-bound")])
+def test_without_a_gpu_the_feeds_data_wait_decides(wait_s, kind):
+    verdict = decide(reduce(cpu_window(98.0, [], wait_s)))
+    assert verdict.kind == kind
+    assert verdict.evidence["data_wait_share"] == pytest.approx(wait_s)
+
+
+def test_without_a_gpu_or_feed_worker_cpu_against_main_cpu_decides():
+    assert decide(reduce(cpu_window(30.0, [97.0, 95.0], busy=0))).kind == "input-bound"
+    keeping_up = decide(reduce(cpu_window(99.0, [15.0, 10.0], busy=1)))
+    assert keeping_up.kind == "compute-bound" and "basis" not in keeping_up.evidence
+
+
+def test_without_gpu_feed_or_workers_the_verdict_says_it_rests_on_process_cpu_only():
+    verdict = decide(reduce(cpu_window(99.0, [])))
+    assert verdict.kind == "compute-bound"
+    assert verdict.evidence["basis"] == "process CPU only"
+    assert "cannot be told" in verdict.reason
+
+
+def test_more_busy_threads_than_cores_on_a_saturated_machine_is_oversubscription():
+    crowded = cpu_window(180.0, [90.0, 90.0], wait_s=0.3, busy=2, cpu_percent=99.0)
+    verdict = decide(reduce(crowded))
+    assert verdict.kind == "cpu-oversubscribed"
+    assert verdict.evidence["busy_threads"] == 4 and verdict.evidence["usable_cores"] == 2
+    calm = cpu_window(180.0, [90.0, 90.0], wait_s=0.3, busy=2, cpu_percent=60.0)
+    assert decide(reduce(calm)).kind == "input-bound"
+    exactly_its_cores = cpu_window(196.0, [], wait_s=0.02, busy=2, cpu_percent=99.0)
+    assert decide(reduce(exactly_its_cores)).kind == "compute-bound"  # train_mlp.py here
+
+
+def test_swapping_is_memory_pressure_even_without_a_gpu():
+    verdict = decide(reduce(cpu_window(99.0, [], 0.0, swap_bytes_s=50 * 2**20)))
+    assert verdict.kind == "memory-pressure" and "swaps 50.0 MiB/s" in verdict.reason
+
+
+def test_a_job_that_runs_nothing_is_idle_unless_it_waits_for_storage():
+    quiet = cpu_window(1.0, [0.5], busy=0)
+    assert decide(reduce(quiet)).kind == "idle"
+    loading = cpu_window(1.0, [0.5], busy=0, iowait_percent=60.0)
+    assert decide(reduce(loading)).kind != "idle"
+
+
+def test_figures_need_no_sample_to_exist():
+    empty = reduce([])
+    assert isinstance(empty, Figures) and empty.job_cpu is None and empty.gpus == 0

@@ -1,0 +1,158 @@
+"""``tuneup watch [OPTIONS] -- COMMAND...`` and ``tuneup watch --pid PID``."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import click
+import psutil
+from rich.console import Console
+
+from tuneup.errors import TuneupError, UsageError
+from tuneup.machine.probe import probe_cpu
+from tuneup.watch import summary as summaries
+from tuneup.watch.host import Host
+from tuneup.watch.job import AttachedJob, Job, StartedJob
+from tuneup.watch.nvml import open_gpus
+from tuneup.watch.procs import ProcessTree
+from tuneup.watch.sampler import Sampler
+from tuneup.watch.samples import Sample
+from tuneup.watch.verdict import decide, reduce
+from tuneup.watch.view import LiveView, PlainView, block_height
+
+MIN_INTERVAL_S = 0.1
+WINDOW_S = 10.0  # the live verdict's window: recent enough to follow phases, long enough to hold
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"],
+                                 "allow_interspersed_args": False})
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+@click.option("--pid", type=int, help="Watch this running process instead of starting COMMAND.")
+@click.option("--interval", type=float, default=1.0, show_default=True,
+              help="Seconds between samples.")
+@click.option("--summary", "summary_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write the end-of-job summary here as JSON.")
+@click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text",
+              show_default=True, help="Lines per sample and the summary as text or JSON.")
+def watch(command: tuple[str, ...], pid: int | None, interval: float, summary_path: Path | None,
+          output_format: str) -> None:
+    """Run COMMAND (or watch --pid PID) and say why it trains at the speed it does.
+
+    \b
+    tuneup watch -- python train.py --epochs 3
+    tuneup watch --pid 12345 --summary watch.json
+    The job's output passes through; the watcher's lines go to stderr (stdout with --pid).
+    See docs/watch.md.
+    """
+    if bool(command) == (pid is not None):
+        raise UsageError("give a command to run after -- or --pid PID, not both"
+                         if command else "give a command to run (after --) or --pid PID")
+    if not math.isfinite(interval) or interval < MIN_INTERVAL_S:
+        raise UsageError(f"--interval must be at least {MIN_INTERVAL_S} seconds (got {interval:g})")
+    if summary_path is not None and not _writable_parent(summary_path):
+        raise UsageError(f"cannot write the summary into {summary_path.parent}")
+    stream = sys.stdout if pid is not None else sys.stderr
+    with (tempfile.TemporaryDirectory(prefix="tuneup-watch-") if command
+          else contextlib.nullcontext()) as feed_directory:
+        job: Job = StartedJob(command, Path(feed_directory)) if command else AttachedJob(pid)
+        result, stopped_by = _watch(job, interval, stream, output_format)
+    if output_format == "json":
+        stream.write(json.dumps(result, indent=2) + "\n")
+    else:
+        summaries.print_text(Console(file=stream, highlight=False), result)
+    if summary_path is not None:
+        try:
+            summaries.write(result, summary_path)
+        except OSError as exc:
+            raise TuneupError(f"cannot write {summary_path} ({exc.strerror or exc}); the "
+                              "summary is printed above") from None
+    status = result["exit_status"]
+    code = status if status is not None else (128 + stopped_by if stopped_by else 0)
+    click.get_current_context().exit(code)
+
+
+def _writable_parent(path: Path) -> bool:
+    folder = path.resolve().parent
+    return folder.is_dir() and os.access(folder, os.W_OK)
+
+
+def _script(command: Sequence[str] | None) -> str:
+    """The training script a command runs, for the actions' commands (``train.py`` if none)."""
+    for word in command or ():
+        if word.endswith(".py"):
+            return word
+    return "train.py"
+
+
+@contextlib.contextmanager
+def _signals_passed_on(job: Job) -> Iterator[list[int]]:
+    """SIGINT, SIGTERM, SIGHUP reach the job (a started one), never end the watcher early:
+    it keeps watching until the job ends, so the summary stays whole. Yields the signals
+    received, in order."""
+    received: list[int] = []
+
+    def handler(signum: int, frame: Any) -> None:
+        received.append(signum)
+        job.pass_on(signum)
+
+    previous = {signum: signal.signal(signum, handler) for signum in STOP_SIGNALS}
+    try:
+        yield received
+    finally:
+        for signum, handler_before in previous.items():
+            signal.signal(signum, handler_before)
+
+
+def _watch(job: Job, interval: float, stream: Any, output_format: str
+           ) -> tuple[dict[str, Any], int | None]:
+    """Sample ``job`` until it ends (or, attached, until the watcher is told to stop);
+    returns the summary and the signal that stopped the watcher, if one did."""
+    gpus, note = open_gpus()
+    notes = [note] if note else []
+    started = time.monotonic()
+    try:
+        tree = ProcessTree(job.pid)
+    except psutil.Error as exc:  # an attached process that ended meanwhile
+        raise UsageError(f"cannot watch process {job.pid}: {exc}") from None
+    sampler = Sampler(tree, Host(probe_cpu().usable_cores), gpus, job.feed_directory)
+    if job.feed_directory is None:
+        notes.append("no runtime feed: the job was not started by `tuneup watch -- ...` with "
+                     "tuned_loader, so the data wait is not measured")
+    samples: list[Sample] = []
+    live = output_format == "text" and stream.isatty() and os.environ.get("TERM") != "dumb"
+    view = (LiveView(stream, block_height(len(gpus.handles) if gpus else 0)) if live
+            else PlainView(stream, output_format == "json"))
+    stopped_by = None
+    try:
+        with _signals_passed_on(job) as received, view:
+            while True:
+                ended = job.wait(interval)
+                if isinstance(job, AttachedJob) and received:
+                    stopped_by = received[0]
+                    break
+                if ended:
+                    break
+                samples.append(sampler.sample())
+                window = [s for s in samples if s.t >= samples[-1].t - WINDOW_S]
+                figures = reduce(window) if len(window) > 1 else None
+                view.show(samples[-1], figures, decide(figures, _script(job.command))
+                          if figures is not None else None)
+    finally:
+        if gpus is not None:
+            gpus.close()
+    result = summaries.build(
+        samples, sampler.runtime(), command=job.command, pid=job.pid,
+        exit_status=job.exit_status(), duration_s=time.monotonic() - started,
+        interval_s=interval, notes=notes, script=_script(job.command))
+    return result, stopped_by

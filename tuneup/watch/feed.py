@@ -1,0 +1,145 @@
+"""The runtime -> watcher channel: both sides of one small contract.
+
+``tuneup watch`` starts the job with ``TUNEUP_OBSERVERS`` naming :func:`install` and
+``TUNEUP_WATCH_FEED`` naming a directory. Inside the job, :class:`Feed` (a runtime observer:
+the runtime never imports this module) publishes the loader's own counters — steps,
+samples, time waiting for data, time copying to the device — as ``<pid>.json`` in that
+directory, replaced atomically, at most once per :data:`PERIOD_S` and once more at exit.
+One file per training process, so several ranks never overwrite each other. The watcher
+reads them with :func:`read`. Without the variable no observer is installed and the
+runtime's cost is what it always was; with it, a batch costs one clock read more.
+
+This module imports no torch at import time: the watcher reads the feed without it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import dataclasses
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tuneup.runtime import hooks
+from tuneup.watch.samples import RuntimeSample
+
+if TYPE_CHECKING:
+    from tuneup.runtime.loader import TunedLoader
+
+ENV_FEED = "TUNEUP_WATCH_FEED"
+OBSERVER = "tuneup.watch.feed:install"
+PERIOD_S = 1.0
+MAX_BYTES = 1 << 16  # a feed file is a few hundred bytes
+_FIELDS = {field.name: field for field in dataclasses.fields(RuntimeSample)}
+
+
+def install() -> Feed | None:
+    """The observer ``TUNEUP_OBSERVERS`` names: a feed when a watcher gave a directory."""
+    directory = os.environ.get(ENV_FEED)
+    if not directory:
+        return None
+    feed = Feed(Path(directory))
+    atexit.register(feed.publish)  # the final counters, for the watcher's summary
+    return feed
+
+
+class Feed(hooks.Observer):
+    """Publishes the training loader's counters for the watcher."""
+
+    def __init__(self, directory: Path, period_s: float = PERIOD_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.path = directory / f"{os.getpid()}.json"
+        self.period_s = period_s
+        self.clock = clock
+        self.loader: TunedLoader | None = None
+        self.due = 0.0  # the clock reading from which the next publish may happen
+        self.broken = False
+
+    def batches(self, loader: TunedLoader, source: Iterator[Any]) -> Iterator[Any]:
+        """Follow the first loader iterated, or the first linked to a loop (which counts
+        optimizer steps) once one is: an eval loader on its own does not replace it."""
+        if self.loader is None or (self.loader.loop is None and loader.loop is not None):
+            self.loader = loader
+        return self._publishing(source)
+
+    def _publishing(self, source: Iterator[Any]) -> Iterator[Any]:
+        clock = self.clock
+        try:
+            for batch in source:
+                if clock() >= self.due:
+                    self.publish()
+                yield batch
+        finally:
+            close = getattr(source, "close", None)
+            if close is not None:
+                close()
+
+    def publish(self) -> None:
+        """Write the counters now (atomically: the watcher never reads half a file)."""
+        if self.loader is None or self.broken:
+            return
+        self.due = self.clock() + self.period_s
+        try:
+            temporary = self.path.with_name(f".{self.path.name}.tmp")
+            temporary.write_text(json.dumps(dataclasses.asdict(self._record())),
+                                 encoding="utf-8")
+            os.replace(temporary, self.path)
+        except OSError as exc:  # the watcher's directory is gone: training goes on, unwatched
+            self.broken = True
+            print(f"tuneup: the watch feed stopped ({exc.strerror or exc})", file=sys.stderr)
+
+    def _record(self) -> RuntimeSample:
+        import torch  # already loaded by the runtime that calls this
+
+        loader = self.loader
+        stats, dataloader = loader.stats(), loader.dataloader
+        return RuntimeSample(
+            pid=os.getpid(), steps=stats.steps, samples=stats.samples,
+            elapsed_s=stats.elapsed_s, data_wait_s=stats.data_wait_s, copy_s=stats.copy_s,
+            device=loader.loop.device.type if loader.loop is not None else None,
+            num_workers=dataloader.num_workers, pin_memory=bool(dataloader.pin_memory),
+            prefetch_factor=dataloader.prefetch_factor, batch_size=dataloader.batch_size,
+            torch_threads=torch.get_num_threads(),
+        )
+
+
+def read(directory: Path) -> tuple[RuntimeSample, ...]:
+    """Every training process's latest counters in ``directory`` (none: an empty tuple)."""
+    found = []
+    with contextlib.suppress(OSError):
+        for path in sorted(directory.glob("*.json")):
+            record = _parse(path)
+            if record is not None:
+                found.append(record)
+    return tuple(found)
+
+
+def _parse(path: Path) -> RuntimeSample | None:
+    """One feed file, or ``None`` when it is not one (too big, not JSON, wrong fields)."""
+    try:
+        with path.open("rb") as handle:
+            raw = handle.read(MAX_BYTES + 1)
+        data = json.loads(raw) if len(raw) <= MAX_BYTES else None
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or not all(_valid(name, data.get(name)) for name in _FIELDS):
+        return None
+    return RuntimeSample(**{name: data.get(name) for name in _FIELDS})
+
+
+def _valid(name: str, value: Any) -> bool:
+    declared = _FIELDS[name].type  # a string: ``from __future__ import annotations``
+    if value is None:
+        return "None" in declared
+    if isinstance(value, bool):
+        return declared.startswith("bool")
+    if declared.startswith("int"):
+        return isinstance(value, int)
+    if declared.startswith("float"):
+        return isinstance(value, (int, float))
+    return isinstance(value, str)

@@ -1,0 +1,118 @@
+"""The end-of-job summary: the verdict over the training part of the run, the figures it
+rests on, a timeline of utilisation and data wait, as JSON (``--summary``) and as text."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.padding import Padding
+from rich.table import Table
+from rich.text import Text
+
+from tuneup.watch.samples import WORKER, RuntimeSample, Sample
+from tuneup.watch.verdict import Figures, decide, reduce, rounded
+
+
+def _steps(sample: Sample) -> int:
+    return sum(r.steps for r in sample.runtime)
+
+
+def _stepped(samples: Sequence[Sample], index: int) -> bool:
+    """The runtime made steps since the sample before."""
+    return _steps(samples[index]) > (_steps(samples[index - 1]) if index else 0)
+
+
+def _holds_gpu(samples: Sequence[Sample], index: int) -> bool:
+    return any(g.job_memory for g in samples[index].gpus)
+
+
+def _has_workers(samples: Sequence[Sample], index: int) -> bool:
+    return any(p.role == WORKER for p in samples[index].processes)
+
+
+def training_window(samples: Sequence[Sample]) -> Sequence[Sample]:
+    """The samples while the job trained, so that imports, dataset building and tear-down
+    do not weigh in the verdict: from the first to the last sample in which the runtime
+    made steps; without a feed, in which the job held GPU memory; without a GPU either,
+    in which DataLoader workers ran. All of them when nothing marks training."""
+    for marks in (_stepped, _holds_gpu, _has_workers):
+        marked = [index for index in range(len(samples)) if marks(samples, index)]
+        if marked:
+            return samples[marked[0]:marked[-1] + 1]
+    return samples
+
+
+def timeline(samples: Sequence[Sample]) -> list[dict[str, Any]]:
+    """Per sample: GPU utilisation, the job's CPU and the data wait since the sample before."""
+    points = []
+    previous: Sequence[RuntimeSample] = ()
+    for sample in samples:
+        figures = reduce([sample], runtime=(previous, sample.runtime))
+        previous = sample.runtime
+        points.append({"t": round(sample.t, 2), "gpu_utilization": figures.gpu_utilization,
+                       "job_cpu_percent": rounded(figures.job_cpu),
+                       "data_wait_share": rounded(figures.data_wait_share, 3)})
+    return points
+
+
+def _figures_dict(figures: Figures) -> dict[str, Any]:
+    data = dataclasses.asdict(figures)
+    return {key: round(value, 4) if isinstance(value, float) else value
+            for key, value in data.items()}
+
+
+def build(samples: Sequence[Sample], final: Sequence[RuntimeSample], *,
+          command: Sequence[str] | None, pid: int, exit_status: int | None,
+          duration_s: float, interval_s: float, notes: Sequence[str], script: str
+          ) -> dict[str, Any]:
+    """The summary; ``final`` = the feed's last counters (read after the job ended), which
+    cover the whole run; the verdict has none (``null``) when no sample was taken."""
+    window = training_window(samples)
+    figures = reduce(window, runtime=((), final)) if window else None
+    verdict = decide(figures, script) if figures is not None else None
+    return {
+        "command": list(command) if command is not None else None, "pid": pid,
+        "exit_status": exit_status, "duration_s": round(duration_s, 2),
+        "interval_s": interval_s, "samples": len(samples),
+        "verdict": verdict.to_dict() if verdict is not None else None,
+        "figures": _figures_dict(figures) if figures is not None else None,
+        "notes": list(notes), "timeline": timeline(samples),
+    }
+
+
+def write(summary: dict[str, Any], path: Path) -> None:
+    """Atomically: a reader never sees half a summary."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    os.replace(temporary, path)
+
+
+def print_text(console: Console, summary: dict[str, Any]) -> None:
+    what = " ".join(summary["command"]) if summary["command"] else f"pid {summary['pid']}"
+    status = summary["exit_status"]
+    console.print(f"tuneup watch: {what}: {summary['duration_s']:.0f} s, {summary['samples']} "
+                  "samples" + (f", exit status {status}" if status is not None else ""),
+                  highlight=False, markup=False)
+    rows = Table.grid(padding=(0, 1))
+    rows.add_column(style="bold", no_wrap=True)
+    rows.add_column()
+    verdict = summary["verdict"]
+    if verdict is None:
+        rows.add_row("verdict", Text("none: the job ended before the first sample"))
+    else:
+        evidence = " · ".join(f"{key} {value}" for key, value in verdict["evidence"].items()
+                              if value is not None)
+        rows.add_row("verdict", Text(f"{verdict['kind']}: {verdict['reason']}"))
+        rows.add_row("evidence", Text(evidence))
+        rows.add_row("action", Text(verdict["action"]))
+    for note in summary["notes"]:
+        rows.add_row("note", Text(note))
+    with console.capture() as capture:
+        console.print(Padding(rows, (0, 0, 0, 2)))
+    console.file.write("".join(line.rstrip() + "\n" for line in capture.get().splitlines()))
