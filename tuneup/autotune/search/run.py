@@ -148,7 +148,7 @@ class Search:
             if judge.speed(result) < reach:
                 self.reject(result, judge.versus(result, reference))
         contenders = [reference, *(r for r in accepted if judge.speed(r) >= reach)]
-        runs = self.race(contenders)
+        runs = self.race(contenders, 1 if stage in LOW_IMPACT else MAX_RACE_CALLS)
         merged = {knobs: merge(results) for knobs, results in runs.items()}
         survivors = {k: r for k, r in merged.items() if r is not None}
         reference = survivors.get(reference.trial.knobs, reference)
@@ -163,7 +163,8 @@ class Search:
         self.adopt(chosen, reference, stage)
         return chosen
 
-    def race(self, contenders: list[TrialResult]) -> dict[Knobs, list[TrialResult]]:
+    def race(self, contenders: list[TrialResult], calls: int = MAX_RACE_CALLS
+             ) -> dict[Knobs, list[TrialResult]]:
         """Interleaved rounds of the contenders (A B C A B C ...) while the budget allows.
 
         After each pair of rounds, from the paired step-time ratios to the leader: a
@@ -173,7 +174,7 @@ class Search:
         """
         tie = math.log(1 + self.options.min_gain)
         runs = {r.trial.knobs: [r] for r in contenders}
-        for _ in range(MAX_RACE_CALLS):
+        for _ in range(calls):
             if len(runs) < 2 or self.budget.affordable(2 * len(runs)) < 2 * len(runs):
                 break
             results = self.measure([self.trial(k) for _ in range(2) for k in runs])

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 HEADROOM = "batch (memory headroom)"  # a change made for memory, kept whatever its speed
 PREFETCH_WAIT_SHARE = 0.1  # data-wait share left that makes a deeper prefetch worth a trial
 PERSISTENT_STARTUP_SHARE = 0.01  # worker start-up per epoch worth keeping workers alive
+COMPILE_RACE_CALLS = 6  # the last stage: what the budget has left goes to its decision
 
 STAGES: dict[str, Callable[[Search], None]] = {}
 
@@ -213,7 +214,7 @@ def compile_(search: Search) -> None:
         reference, result = search.measure([search.trial(search.incumbent), trial])
         if not reference.ok or not search.acceptable(result):
             continue
-        runs = search.race([reference, result])  # compile gains are often within one window's noise
+        runs = search.race([reference, result], COMPILE_RACE_CALLS)  # gains often within noise
         compiled = merge(runs.get(result.trial.knobs, []))
         if compiled is None:
             continue  # raced out: slower
