@@ -26,11 +26,12 @@ def test_autotune_the_mlp_example(tmp_path):
     assert trials["defaults"]["status"] == "ok" and trials["defaults"]["step_s"] > 0
     # The first stage of a compute-bound script tries bfloat16 where the CPU has it fast;
     # elsewhere the result says why it did not (measured in the child, not assumed).
+    # (or that the budget did not reach the stage, as on a loaded machine).
     if "amp=bfloat16" in trials:
         assert trials["amp=bfloat16"]["status"] == "ok"
     else:
-        assert any(n.startswith("amp_dtype left alone: this CPU has no fast bfloat16")
-                   for n in summary["notes"])
+        assert any(n.startswith(("amp_dtype left alone: this CPU has no fast bfloat16",
+                                 "amp: skipped")) for n in summary["notes"]), summary["notes"]
     assert summary["confirmed"] in (True, False) and "speedup_interval" in summary
     assert summary["device"] == "cpu" and summary["effective_batch"] == 256
     assert summary["elapsed_s"] <= 40 + 15

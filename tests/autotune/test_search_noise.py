@@ -51,6 +51,8 @@ def right_picks(noise: float, seeds: int) -> float:
     return right / seeds
 
 
-@pytest.mark.parametrize(("noise", "share"), [(0.05, 0.95), (0.10, 0.90)])
+# Measured with 300 other seeds: 5 % noise 1.00, 10 % 0.997, 20 % 0.893. The target
+# for 20 % is 0.95; the floor here guards what is reached.
+@pytest.mark.parametrize(("noise", "share"), [(0.05, 0.95), (0.10, 0.95), (0.20, 0.85)])
 def test_the_right_pick_under_noise(noise, share):
     assert right_picks(noise, seeds=100) >= share

@@ -50,6 +50,7 @@ class Search:
         self.notes: list[str] = []
         self.banned: set[tuple[str, object]] = set()  # (knob, value) that failed or drifted
         self.changes: list[Change] = []
+        self.raced_out: dict[Knobs, list[TrialResult]] = {}  # the last race's losers' runs
         self.incumbent = Knobs()
         self.baseline: TrialResult | None = None
         self.speedup = 1.0  # incumbent over baseline, chained through the stages
@@ -174,6 +175,7 @@ class Search:
         """
         tie = math.log(1 + self.options.min_gain)
         runs = {r.trial.knobs: [r] for r in contenders}
+        self.raced_out = {}
         for _ in range(calls):
             if len(runs) < 2 or self.budget.affordable(2 * len(runs)) < 2 * len(runs):
                 break
@@ -189,7 +191,8 @@ class Search:
                 if interval is None:
                     undecided = True
                 elif interval[0] > tie:
-                    slower = merge(runs.pop(knobs))
+                    self.raced_out[knobs] = runs.pop(knobs)
+                    slower = merge(self.raced_out[knobs])
                     if slower is not None:
                         gain = 1 - math.exp(sum(interval) / 2)
                         self.reject(slower, f"slower ({-abs(gain):+.0%}, raced)")

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 HEADROOM = "batch (memory headroom)"  # a change made for memory, kept whatever its speed
 PREFETCH_WAIT_SHARE = 0.1  # data-wait share left that makes a deeper prefetch worth a trial
 PERSISTENT_STARTUP_SHARE = 0.01  # worker start-up per epoch worth keeping workers alive
-COMPILE_RACE_CALLS = 6  # the last stage: what the budget has left goes to its decision
+COMPILE_RACE_CALLS = 12  # the last stage: what the budget has left goes to its decision
 
 STAGES: dict[str, Callable[[Search], None]] = {}
 
@@ -218,18 +218,27 @@ def compile_(search: Search) -> None:
         compiled = merge(runs.get(result.trial.knobs, []))
         if compiled is None:
             continue  # raced out: slower
-        eager = merge(runs.get(reference.trial.knobs, [])) or reference
-        steps = (typical_step(runs.get(reference.trial.knobs, [reference])),
-                 typical_step(runs[result.trial.knobs]))
-        if _amortised(search, eager, compiled, *steps):
+        # eager raced out means compile is faster with confidence; its runs still count
+        eager_runs = (runs.get(reference.trial.knobs)
+                      or search.raced_out.get(reference.trial.knobs) or [reference])
+        eager = merge(eager_runs) or reference
+        steps = (typical_step(eager_runs), typical_step(runs[result.trial.knobs]))
+        compile_s = _compile_seconds(runs[result.trial.knobs], eager_runs)
+        if _amortised(search, compiled, compile_s, *steps):
             search.adopt(compiled, eager, "compile")
 
 
-def _amortised(search: Search, eager: TrialResult, compiled: TrialResult, eager_step: float,
+def _compile_seconds(compiled: list[TrialResult], eager: list[TrialResult]) -> float:
+    """What compiling costs a run: the cold warm-up (the longest; re-runs in the same process
+    reuse the graphs) beyond eager's."""
+    cold = max((r.warmup_s or 0.0) for r in compiled)
+    return max(0.0, cold - min((r.warmup_s or 0.0) for r in eager))
+
+
+def _amortised(search: Search, compiled: TrialResult, compile_s: float, eager_step: float,
                compiled_step: float) -> bool:
     """Faster by at least ``min_gain`` (median step times), and (eager step - compiled step)
     x expected steps exceeds the compile time."""
-    compile_s = max(0.0, (compiled.warmup_s or 0) - (eager.warmup_s or 0))
     steps = search.options.expected_steps
     saved = (eager_step - compiled_step) * steps
     if compiled_step * (1 + search.options.min_gain) > eager_step:
