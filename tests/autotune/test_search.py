@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -330,3 +331,16 @@ def test_deeper_prefetch_tried_only_while_the_loop_still_waits_for_data():
                                 Options(groups=frozenset({"loader"})))
     quiet_tuner.run()
     assert quiet.ran and not any(t.knobs.prefetch_factor for t in quiet.ran)
+
+
+def test_a_noisy_machine_is_named_with_advice():
+    rng = random.Random(3)
+
+    def noisy(knobs: Knobs) -> dict:
+        return record(compute_bound(knobs)["step_s_all"][0] * (1 + abs(rng.gauss(0, 0.3))))
+
+    tuner, _ = search(noisy)
+    notes = tuner.run().notes
+    assert any(n.startswith("machine: noisy") and "--budget" in n for n in notes), notes
+    quiet, _ = search(compute_bound)
+    assert not any(n.startswith("machine: noisy") for n in quiet.run().notes)

@@ -23,6 +23,7 @@ def confirm(search: Search) -> Outcome:
     settings win. The speed-up is the median of per-round ratios, with its 95 % interval."""
     assert search.baseline is not None and search.incumbent_result is not None
     search.on_stage("confirm")
+    _name_a_noisy_machine(search)
     judge, budget = search.judge, search.budget
     tuned, default = search.incumbent, Knobs()
     outcome = Outcome(search.facts, tuned, judge.speed(search.baseline),
@@ -69,6 +70,23 @@ def confirm(search: Search) -> Outcome:
     outcome.confirmed = True
     outcome.speedup_interval = ratio_interval(runs[winner.trial.knobs], runs[default])
     return outcome
+
+
+NOISY_SPREAD = 0.15  # the same settings varying more than this between runs: a noisy machine
+
+
+def _name_a_noisy_machine(search: Search) -> None:
+    """Say so when the defaults, re-run through the search, vary beyond ``NOISY_SPREAD``:
+    differences smaller than that spread are hard to tell apart, whatever the statistics."""
+    speeds = sorted(search.judge.speed(r) for r in search.results
+                    if r.trial.knobs == Knobs() and r.ok and r.step_time)
+    if len(speeds) < 3 or speeds[-1] <= speeds[0] * (1 + NOISY_SPREAD):
+        return
+    spread = speeds[-1] / speeds[0] - 1
+    search.note(f"machine: noisy: PyTorch defaults measured {speeds[0]:.0f} to {speeds[-1]:.0f} "
+                f"samples/s over {len(speeds)} runs ({spread:+.0%}); differences of a few % "
+                "are uncertain here: stop other jobs on this machine during tuning, or give "
+                "--budget more time for more repeats")
 
 
 def ratio_interval(picked: list[TrialResult], defaults: list[TrialResult]
