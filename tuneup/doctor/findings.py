@@ -97,6 +97,20 @@ _CODES = [
     Code("TU406", "nccl-problem", "nccl", "the NCCL wheel is older than the one torch pins"),
     Code("TU407", "nccl-problem", "nccl", "the NCCL cannot be captured in CUDA graphs"),
     Code("TU408", "nccl-problem", "nccl", "NCCL reported an unhandled system error"),
+    Code("TU420", "rendezvous-failed", "nccl", "local ranks could not rendezvous"),
+    Code(
+        "TU421",
+        "collective-failed",
+        "nccl",
+        "a collective between local ranks failed or did not complete",
+    ),
+    Code(
+        "TU422",
+        "socket-interface",
+        "nccl",
+        "NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME names no interface of this machine",
+    ),
+    Code("TU423", "shm-too-small", "nccl", "/dev/shm is below what NCCL's shm transport needs"),
     Code(
         "TU501",
         "no-gpu-visible",
@@ -125,6 +139,12 @@ _CODES = [
     Code("TU602", "rocm-build", "rocm", "a ROCm build of PyTorch on an NVIDIA machine"),
     Code("TU603", "rocm-build", "rocm", "an AMD GPU with a CPU-only build of PyTorch"),
     Code("TU604", "rocm-build", "rocm", "the ROCm build has no kernels for the AMD GPU's target"),
+    Code(
+        "TU605",
+        "rocm-build",
+        "rocm",
+        "the ROCm wheel line ships no kernels for the AMD GPU's gfx target",
+    ),
     Code(
         "TU701", "python-unsupported", "python", "no PyTorch wheel of this release for this Python"
     ),

@@ -5,8 +5,9 @@ from __future__ import annotations
 from tuneup.doctor import knowledge as kb
 from tuneup.doctor import messages
 from tuneup.doctor.findings import ERROR, WARNING
-from tuneup.doctor.rules.context import Context
+from tuneup.doctor.rules.context import Context, GpuFact
 from tuneup.doctor.rules.recommend import find_wheel, install_fix
+from tuneup.machine import versions
 
 AREA = "rocm"
 
@@ -46,6 +47,7 @@ def check(ctx: Context) -> None:
             f"{build.label} is a ROCm build ({build.basis}) on a machine with an NVIDIA GPU.",
             fix,
         )
+    _gfx_targets(ctx)
 
 
 def _invalid_device_function(ctx: Context) -> None:
@@ -76,3 +78,178 @@ def _rocm_fix(ctx: Context) -> str:
         if release.rocm_variants and (not ctx.python or kb.python_supported(release, ctx.python, ctx.os_family)):
             return install_fix(ctx, release, release.rocm_variants[-1])
     return "install a ROCm build from https://pytorch.org/get-started/locally/ (Compute Platform: ROCm)"
+
+
+# ---------------------------------------------------------------- TU605: the wheel's gfx list
+
+
+def _gfx_targets(ctx: Context) -> None:
+    """TU605: a ROCm build on an AMD GPU whose gfx target its wheel line ships no kernels for."""
+    build = ctx.build
+    if build.kind != "rocm" or not ctx.amd_gpus:
+        return
+    found = _rocm_line(ctx)
+    if isinstance(found, str):
+        ctx.skip(AREA, found)
+        return
+    line, from_suffix = found
+    override_text = ctx.env("HSA_OVERRIDE_GFX_VERSION")
+    override = kb.gfx_from_override(override_text)
+    for gpu in ctx.amd_gpus:
+        gfx, basis, exact = _gpu_target(gpu)
+        if gfx is None:
+            ctx.skip(
+                AREA,
+                f"the gfx target of {gpu.name} is unknown (the report names none and no "
+                "amd_gpus.csv row matches), so the ROCm wheel's target list was not checked",
+            )
+            continue
+        target = override or gfx
+        shipped = line.ships(target)
+        if shipped:
+            via = (
+                f" (HSA_OVERRIDE_GFX_VERSION={override_text.strip()} runs the {gfx} GPU as "
+                f"{target})"
+                if override and override != gfx
+                else ""
+            )
+            ctx.ok(AREA, f"{build.label} ships kernels for {target}, the target of {gpu.name}{via}")
+            continue
+        if shipped is None:
+            ctx.skip(
+                AREA,
+                f"whether {build.label} ships {target} kernels depends on the torch release of "
+                f"its {line.variant} wheel, which is not known",
+            )
+            continue
+        proven = line.verified and from_suffix and exact and not build.assumed
+        wheels = f"the {line.variant} wheels" + (
+            f" of torch {' / '.join(line.releases)}" if line.releases else ""
+        )
+        doubt = _doubt(line, from_suffix, exact, build.assumed)
+        as_set = (
+            f"; HSA_OVERRIDE_GFX_VERSION={override_text.strip()} makes it run as {target}"
+            if override and override != gfx
+            else ""
+        )
+        ctx.add(
+            "TU605",
+            ERROR if proven else WARNING,
+            f"{build.label} {'has' if proven else 'probably has'} no kernels for {gpu.name} "
+            f"({gfx}, {basis}{as_set}): {wheels} ship {' '.join(line.targets)}{doubt}. "
+            + (
+                "Its GPU operations fail with 'HIP error: invalid device function'."
+                if proven
+                else "If so, its GPU operations fail with 'HIP error: invalid device function'."
+            ),
+            _gfx_fix(ctx, gfx, line),
+        )
+
+
+def _rocm_line(ctx: Context) -> tuple[kb.RocmTargets, bool] | str:
+    """(the build's wheel line, whether it comes from the +rocm suffix) or why it is unknown."""
+    build = ctx.build
+    release = build.release.release if build.release else None
+    label = versions.local(build.version)
+    if label.startswith("rocm"):
+        if not build.is_published_wheel:
+            return (
+                f"{build.label} is a nightly or custom ROCm build: its gfx target list is not "
+                "the published wheel's"
+            )
+        line = kb.rocm_targets(label, release)
+        if line is None:
+            return f"no gfx target list for the {label} wheels (rocm_targets.csv has no row)"
+        return line, True
+    hip = None if build.requested else ctx.snap.torch.hip
+    hip_mm = versions.major_minor(hip)
+    if hip_mm is None or release is None or not build.is_published_wheel:
+        return f"which gfx targets {build.label} ships is not known (no +rocm suffix to look up)"
+    wanted = versions.major_minor(release)
+    names = {
+        row.variant
+        for row in kb.rocm_lines()
+        if versions.major_minor(row.rocm) == hip_mm
+        and any(versions.major_minor(rel) == wanted for rel in row.releases)
+    }
+    if len(names) != 1:
+        return (
+            f"which ROCm wheel line {build.label} (HIP {hip}) is, is not known, so its gfx "
+            "target list was not checked"
+        )
+    line = kb.rocm_targets(names.pop(), release)
+    return (line, False) if line is not None else "no gfx target list for this ROCm build"
+
+
+def _gpu_target(gpu: GpuFact) -> tuple[str | None, str, bool]:
+    """(gfx target, where it comes from, whether that is a fact) of an AMD GPU."""
+    arch = (gpu.raw.arch or "").strip().lower().split(":")[0]
+    if kb.GFX_TARGET.fullmatch(arch):
+        return arch, "reported", True
+    known = kb.amd_gpu_lookup(gpu.name)
+    if known is None:
+        return None, "", False
+    if known.verified:
+        return known.gfx, "from the AMD GPU table", True
+    return known.gfx, "guessed from an UNVERIFIED AMD GPU table row", False
+
+
+def _doubt(line: kb.RocmTargets, from_suffix: bool, exact: bool, assumed: bool) -> str:
+    """Why a TU605 is only a warning, said after the target list."""
+    if not line.verified:
+        return " (by an UNVERIFIED rocm_targets.csv row)"
+    if not from_suffix:
+        return " (the wheel line is guessed from torch.version.hip)"
+    if assumed or not exact:
+        return " (the GPU's target is not certain)"
+    return ""
+
+
+def _gfx_fix(ctx: Context, gfx: str, line: kb.RocmTargets) -> str:
+    options = []
+    wheel = _wheel_shipping(ctx, gfx)
+    if wheel is not None:
+        release, row = wheel
+        note = "" if row.verified else ", by an UNVERIFIED table row"
+        options.append(
+            f"{install_fix(ctx, release, row.variant)} (the {row.variant} wheels of torch "
+            f"{release.release} ship {gfx}{note})"
+        )
+    sibling = kb.RDNA_SIBLINGS.get(gfx)
+    if sibling is not None and line.ships(sibling[0]):
+        options.append(
+            f"keep this build and export HSA_OVERRIDE_GFX_VERSION={sibling[1]}, so the {gfx} GPU "
+            f"runs its {sibling[0]} kernels (same RDNA family; not supported by AMD)"
+        )
+    if not options:
+        options.append(
+            f"build PyTorch from source with PYTORCH_ROCM_ARCH={gfx}: no ROCm wheel in the "
+            "tables ships it"
+        )
+    return "; or ".join(options)
+
+
+def _wheel_shipping(ctx: Context, gfx: str) -> tuple[kb.Release, kb.RocmTargets] | None:
+    """The nearest (release, ROCm wheel line) whose target list has ``gfx``: the build's own
+    release first, then newer ones, then older ones; only releases with wheels for this Python."""
+    everything = list(kb.releases())
+    start = ctx.build.release
+    if start in everything:
+        index = everything.index(start)
+        order = everything[index:] + everything[:index][::-1]
+    else:
+        order = everything[::-1]
+    for release in order:
+        if ctx.python and not kb.python_supported(release, ctx.python, ctx.os_family):
+            continue
+        wanted = versions.major_minor(release.release)
+        rows = [
+            row
+            for row in kb.rocm_lines()
+            if any(versions.major_minor(rel) == wanted for rel in row.releases)
+        ]
+        rows.sort(key=lambda row: versions.release(row.rocm) or (), reverse=True)
+        for row in rows:
+            if gfx in row.targets:
+                return release, row
+    return None

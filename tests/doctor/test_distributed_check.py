@@ -1,0 +1,123 @@
+"""`tuneup doctor --distributed`: 2 gloo ranks timed at small sizes, a bad socket interface
+and a rendezvous that does not complete become findings (never a hang), the formulas."""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+
+import pytest
+from click.testing import CliRunner
+
+from tuneup.cli import main
+from tuneup.doctor import distributed
+from tuneup.doctor.distributed import Measurement, Timing, algbw, busbw, message_bytes
+
+SMALL = (1024, 8192)
+
+
+def invoke(*args: str, env: dict[str, str] | None = None):
+    return CliRunner().invoke(main, ["doctor", *args], env=env)
+
+
+@pytest.fixture
+def quiet_sockets(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_two_gloo_ranks_time_both_collectives_into_the_json_report(monkeypatch,
+                                                                    quiet_sockets) -> None:
+    monkeypatch.setattr(distributed, "SIZES", SMALL)
+    result = invoke("--distributed", "--nproc", "2", "--format", "json")
+    document = json.loads(result.output)
+    measured = document["distributed"]
+    assert measured["failure"] is None and (measured["backend"], measured["ranks"]) == ("gloo", 2)
+    assert "2(n-1)/n" in measured["formula"] and "(n-1)/n" in measured["formula"]
+    timings = [Timing(**t) for t in measured["timings"]]
+    assert [(t.operation, t.size_bytes) for t in timings] == [
+        (op, size) for op in ("all_reduce", "all_gather") for size in SMALL]
+    for t in timings:
+        assert t.seconds > 0
+        assert t.algbw_gbps == pytest.approx(t.size_bytes / t.seconds / 1e9)
+        assert t.busbw_gbps == pytest.approx(t.algbw_gbps * (1 if t.operation == "all_reduce"
+                                                             else 0.5))
+    assert any("2 local gloo ranks joined" in text for text in document["passed"])
+    assert not [f for f in document["findings"] if f["code"] in ("TU420", "TU421", "TU422")]
+
+
+def test_a_bad_gloo_socket_ifname_is_a_finding_not_a_hang(quiet_sockets) -> None:
+    started = time.monotonic()
+    result = invoke("--distributed", "--timeout", "30", env={"GLOO_SOCKET_IFNAME": "nosuch0"})
+    assert time.monotonic() - started < 30
+    assert result.exit_code == 1, result.output
+    assert "TU422 GLOO_SOCKET_IFNAME=nosuch0 names nosuch0, which this machine does not have" \
+        in result.output
+    assert "TU420 2 local gloo ranks could not rendezvous" in result.output
+    assert "nosuch0" in result.output.split("TU420")[1].splitlines()[0]  # gloo's own reason
+
+
+def test_ranks_that_do_not_join_in_time_are_stopped_with_the_reason(quiet_sockets) -> None:
+    started = time.monotonic()
+    measured = distributed.measure(2, "gloo", timeout=0.2, sizes=SMALL)
+    assert time.monotonic() - started < 10  # the ranks were killed, not waited for
+    assert measured.phase == "rendezvous" and measured.timings == []
+    assert measured.failure == ("ranks 0, 1 of 2 local gloo ranks did not join the process "
+                                "group within 0.2 s")
+
+
+def test_bandwidth_formulas_on_fixed_numbers() -> None:
+    assert algbw(64 * 2**20, 0.01) == pytest.approx(6.7108864)
+    assert busbw("all_reduce", 10.0, 2) == pytest.approx(10.0)  # 2(n-1)/n = 1
+    assert busbw("all_reduce", 10.0, 8) == pytest.approx(17.5)  # 2 * 7/8
+    assert busbw("all_gather", 10.0, 4) == pytest.approx(7.5)  # 3/4
+    assert message_bytes("all_reduce", 1024, 3) == 1024
+    assert message_bytes("all_gather", 1024, 3) == 1020  # whole float32 parts, one per rank
+
+
+def test_the_table_states_the_formula() -> None:
+    timing = Timing("all_reduce", 2**20, 0.001, algbw(2**20, 0.001), algbw(2**20, 0.001))
+    gathered = Timing("all_gather", 2**20, 0.002, algbw(2**20, 0.002),
+                      busbw("all_gather", algbw(2**20, 0.002), 2))
+    out = io.StringIO()
+    distributed.write_table(Measurement("gloo", 2, 60.0, [timing, gathered], 1.0), out)
+    text = out.getvalue()
+    assert "1 MiB" in text and "1,000" in text and "1.049" in text and "0.262" in text
+    assert "busbw = algbw * 2(n-1)/n for all_reduce, algbw * (n-1)/n for all_gather" in text
+
+
+def test_socket_interface_variables_against_the_interfaces() -> None:
+    here = {"lo", "eth0", "ib0"}
+
+    def codes(backend: str = "nccl", **environ: str) -> list[tuple[str, str]]:
+        return [(f.code, f.severity) for f in
+                distributed.interface_findings(environ, here, backend)[0]]
+
+    assert codes(GLOO_SOCKET_IFNAME="eth0,lo", NCCL_SOCKET_IFNAME="eth") == []
+    assert codes(GLOO_SOCKET_IFNAME="eth0,eth1") == [("TU422", "error")]  # gloo: exact names
+    assert codes(NCCL_SOCKET_IFNAME="=eth") == [("TU422", "error")]  # "=": an exact name
+    assert codes(NCCL_SOCKET_IFNAME="enp,ib") == []  # a prefix that matches is enough
+    assert codes(NCCL_SOCKET_IFNAME="^docker,lo") == []  # exclusions name nothing to find
+    assert codes("gloo", NCCL_SOCKET_IFNAME="enp") == [("TU422", "warning")]  # NCCL unused
+
+
+def test_shm_below_what_nccl_advises() -> None:
+    small = distributed.shm_finding(64 * 2**20, in_container=True)
+    assert small is not None and small.code == "TU423" and small.severity == "warning"
+    assert "in this container is 64 MiB" in small.message and "--ipc=host" in small.fix
+    assert distributed.shm_finding(2**31, in_container=True) is None
+    assert distributed.shm_finding(None, in_container=None) is None
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["--nproc", "2"], "--nproc is an option of --distributed"),
+    (["--timeout", "5"], "--timeout is an option of --distributed"),
+    (["--distributed", "--from", "report.txt"], "cannot be used with --from"),
+    (["--distributed", "--nproc", "1"], "--nproc"),
+])
+def test_distributed_options_misused_are_one_line_usage_errors(args, says) -> None:
+    result = invoke(*args)
+    assert result.exit_code == 2
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and says in lines[0], result.output
