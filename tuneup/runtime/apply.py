@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from tuneup.runtime import distributed
 from tuneup.settings import Knobs, Settings, SettingsError, store
 
 _cache: dict[tuple, Knobs] = {}
@@ -23,12 +24,14 @@ def settings_knobs() -> Knobs:
     """The knobs this process applies: from the settings file, after the fingerprint check.
 
     All ``None`` (plain PyTorch) when there is no file, it is broken, or ``TUNEUP_DISABLE``
-    is set. Loaded once per file version, so a warning shows once per process.
+    is set. Loaded once per file version, so a warning shows once per process. Under a
+    process group the ranks' knobs are compared once: a SettingsError when they differ.
     """
     path = None if store.disabled() else store.resolve_path()
     key = (str(path), _stamp(path), store.disabled())
     if key not in _cache:
         _cache[key] = _load_knobs()
+    distributed.check_same_knobs(_cache[key])
     return _cache[key]
 
 
@@ -49,14 +52,18 @@ def _load_knobs() -> Knobs:
 
 def bounded(knobs: Knobs) -> Knobs:
     """``knobs`` cut to what this machine can hold, with one warning naming each cut: a
-    hand-edited or foreign file must not start 10**9 workers or threads."""
-    cores = usable_cores()
+    hand-edited or foreign file must not start 10**9 workers or threads. The ranks torchrun
+    starts on one machine share its cores, so each is bounded by its part of them."""
+    ranks = distributed.local_world_size()
+    cores = max(1, usable_cores() // ranks)
     limits = {"num_workers": 4 * cores, "cpu_threads": cores, "prefetch_factor": MAX_PREFETCH}
     cuts = {name: limit for name, limit in limits.items()
             if (getattr(knobs, name) or 0) > limit}
     if not cuts:
         return knobs
-    store.warn("settings cut to this machine's " + f"{cores} usable cores: " + ", ".join(
+    where = (f"this machine's {cores} usable cores" if ranks == 1 else
+             f"{cores} usable cores per local rank ({usable_cores()} shared by {ranks} ranks)")
+    store.warn(f"settings cut to {where}: " + ", ".join(
         f"{name} {getattr(knobs, name)} -> {limit}" for name, limit in cuts.items()))
     return knobs.replace(**cuts)
 

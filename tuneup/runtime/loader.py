@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset
 
-from tuneup.runtime import apply, hooks
+from tuneup.runtime import apply, distributed, hooks
 from tuneup.runtime.batches import batch_size_of, move_to, note_expected
 from tuneup.runtime.telemetry import Stats, Telemetry
 from tuneup.settings import Knobs, store
@@ -38,6 +38,8 @@ class TunedLoader:
         self.dataset = dataset
         self.loop = loop
         self.user_kwargs = user_kwargs
+        # under a process group without a sampler of the user's: this rank's share
+        self.distributed_sampler = distributed.sampler_for(dataset, user_kwargs)
         self.telemetry = loop.telemetry if loop is not None else Telemetry()
         self.fixed_reasons = self._fixed_reasons(splits_by_worker)
         self.configure(knobs)
@@ -78,7 +80,11 @@ class TunedLoader:
         if not self.user_kwargs.get("num_workers", tuned.get("num_workers", 0)):
             for name in _WORKER_ONLY:
                 tuned.pop(name, None)
-        return {**tuned, **self.user_kwargs}
+        kwargs = {**tuned, **self.user_kwargs}
+        if self.distributed_sampler is not None:  # it shuffles (or not) as the user asked
+            kwargs.pop("shuffle", None)
+            kwargs["sampler"] = self.distributed_sampler
+        return kwargs
 
     @property
     def shuffles(self) -> bool:
@@ -203,7 +209,9 @@ def tuned_loader(dataset: Any, *args: Any, loop: TunedLoop | None = None,
             its code calling ``get_worker_info()``); otherwise each would yield every sample.
 
     Tuned: ``num_workers``, ``pin_memory``, ``prefetch_factor``, ``persistent_workers``.
-    Batches, their order and ``len()`` are the DataLoader's. Example::
+    Batches, their order and ``len()`` are the DataLoader's. Under an initialised process
+    group, a map-style dataset without a sampler of yours is shared out between the ranks
+    by a ``DistributedSampler`` (see docs/distributed.md). Example::
 
         loader = tuned_loader(dataset, batch_size=256, shuffle=True)
         for x, y in loader: ...
