@@ -9,6 +9,7 @@ import pytest
 from doctor_helpers import codes, machine, only, run
 
 from tuneup.doctor import knowledge as kb
+from tuneup.doctor import rocm_tables
 from tuneup.doctor.readers import read_report
 from tuneup.doctor.rules import diagnose
 from tuneup.machine import versions
@@ -50,7 +51,7 @@ def test_every_row_has_a_source_and_a_status(table: str) -> None:
 
 def test_every_gfx_in_the_gpu_table_is_a_valid_target() -> None:
     for row in _rows("amd_gpus.csv"):
-        assert kb.GFX_TARGET.fullmatch(row["gfx"]), row
+        assert rocm_tables.GFX_TARGET.fullmatch(row["gfx"]), row
         re.compile(row["pattern"])  # a broken pattern fails here, not at lookup time
 
 
@@ -61,7 +62,7 @@ def test_every_wheel_line_row_is_well_formed() -> None:
         assert re.fullmatch(r"rocm\d+(?:\.\d+)+", row["variant"]), row
         targets = row["targets"].split()
         assert targets and len(targets) == len(set(targets)), row
-        assert all(kb.GFX_TARGET.fullmatch(t) for t in targets), row
+        assert all(rocm_tables.GFX_TARGET.fullmatch(t) for t in targets), row
         assert row["torch"].split(), row
         for release in row["torch"].split():
             assert release in known, row
@@ -71,7 +72,7 @@ def test_every_wheel_line_row_is_well_formed() -> None:
 
 def test_verified_lines_only_grow_with_rocm_and_torch() -> None:
     """Within verified rows, a newer line of the wheels never drops a target an older one had."""
-    rows = [r for r in kb.rocm_lines() if r.verified]
+    rows = [r for r in rocm_tables.rocm_lines() if r.verified]
     rows.sort(
         key=lambda r: (versions.release(r.rocm), max(versions.major_minor(x) for x in r.releases))
     )
@@ -148,21 +149,21 @@ NAMES = [
 
 @pytest.mark.parametrize(("name", "gfx"), NAMES)
 def test_amd_product_names_map_to_their_gfx_target(name: str, gfx: str) -> None:
-    assert kb.amd_gfx(name) == gfx
+    assert rocm_tables.amd_gfx(name) == gfx
 
 
 @pytest.mark.parametrize(
     "name", ["AMD Radeon Graphics", "NVIDIA GeForce RTX 4090", "AMD Ryzen 9 7950X", "", None]
 )
 def test_unknown_or_generic_names_have_no_target(name) -> None:
-    assert kb.amd_gfx(name) is None
+    assert rocm_tables.amd_gfx(name) is None
 
 
 def test_every_gpu_table_row_is_reached_by_a_tested_name() -> None:
     names = [name for name, _ in NAMES]
     reached = set()
     for name in names:
-        text = kb.normalise_amd_name(name)
+        text = rocm_tables.normalise_amd_name(name)
         for index, row in enumerate(_rows("amd_gpus.csv")):
             if re.search(rf"\b(?:{row['pattern']})\b", text):
                 reached.add(index)
@@ -174,31 +175,31 @@ def test_every_gpu_table_row_is_reached_by_a_tested_name() -> None:
     [("10.3.0", "gfx1030"), ("11.0.0", "gfx1100"), ("9.0.10", "gfx90a"), (" 9.4.2 ", "gfx942")],
 )
 def test_override_values_name_a_target(value: str, gfx: str) -> None:
-    assert kb.gfx_from_override(value) == gfx
+    assert rocm_tables.gfx_from_override(value) == gfx
 
 
 @pytest.mark.parametrize("value", ["", "gfx1030", "10.3", "10.30.0", None])
 def test_malformed_override_values_name_nothing(value) -> None:
-    assert kb.gfx_from_override(value) is None
+    assert rocm_tables.gfx_from_override(value) is None
 
 
 def test_a_line_without_its_release_merges_and_is_never_verified() -> None:
-    exact = kb.rocm_targets("rocm6.1", "2.4")
+    exact = rocm_tables.rocm_targets("rocm6.1", "2.4")
     assert exact is not None and exact.verified and exact.ships("gfx1101") is False
-    merged = kb.rocm_targets("rocm6.1")
+    merged = rocm_tables.rocm_targets("rocm6.1")
     assert merged is not None and not merged.verified
     assert merged.ships("gfx1100") is True
     assert merged.ships("gfx1101") is None  # only the 2.6 wheels have it
     assert merged.ships("gfx1010") is False
-    assert kb.rocm_targets("+rocm6.1", "2.5.1") == exact
-    assert kb.rocm_targets("rocm9.9") is None
-    assert kb.rocm_targets("rocm6.2.4").index_url == "https://download.pytorch.org/whl/rocm6.2.4"
+    assert rocm_tables.rocm_targets("+rocm6.1", "2.5.1") == exact
+    assert rocm_tables.rocm_targets("rocm9.9") is None
+    assert rocm_tables.rocm_targets("rocm6.2.4").index_url == "https://download.pytorch.org/whl/rocm6.2.4"
 
 
 def test_siblings_belong_to_the_same_family() -> None:
-    for gfx, (sibling, value) in kb.RDNA_SIBLINGS.items():
+    for gfx, (sibling, value) in rocm_tables.RDNA_SIBLINGS.items():
         assert gfx[:-1] == sibling[:-1]
-        assert kb.gfx_from_override(value) == sibling
+        assert rocm_tables.gfx_from_override(value) == sibling
 
 
 # ---------------------------------------------------------------- every line against every target
@@ -206,15 +207,15 @@ def test_siblings_belong_to_the_same_family() -> None:
 
 def _all_targets() -> list[str]:
     targets = {row["gfx"] for row in _rows("amd_gpus.csv")}
-    for line in kb.rocm_lines():
+    for line in rocm_tables.rocm_lines():
         targets.update(line.targets)
     return sorted(targets)
 
 
 @pytest.mark.parametrize(
-    "line", kb.rocm_lines(), ids=lambda line: f"{line.variant}-{'-'.join(line.releases)}"
+    "line", rocm_tables.rocm_lines(), ids=lambda line: f"{line.variant}-{'-'.join(line.releases)}"
 )
-def test_every_line_judges_every_reported_target(line: kb.RocmTargets) -> None:
+def test_every_line_judges_every_reported_target(line: rocm_tables.RocmTargets) -> None:
     """A reported target in the line's list passes; one outside it is TU605, an error exactly
     when the line's row is verified."""
     for release in line.releases:
@@ -286,7 +287,7 @@ def test_wheel_line_against_card(torch: str, gpu: str, severity: str | None, fix
     assert found is not None
     assert found.severity == severity
     assert found.category == "rocm-build"
-    assert kb.amd_gfx(gpu) in found.message
+    assert rocm_tables.amd_gfx(gpu) in found.message
     assert fix_has in found.fix
 
 

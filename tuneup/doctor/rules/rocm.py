@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tuneup.doctor import knowledge as kb
-from tuneup.doctor import messages
+from tuneup.doctor import messages, rocm_tables
 from tuneup.doctor.findings import ERROR, WARNING
 from tuneup.doctor.rules.context import Context, GpuFact
 from tuneup.doctor.rules.recommend import find_wheel, install_fix
@@ -94,7 +94,7 @@ def _gfx_targets(ctx: Context) -> None:
         return
     line, from_suffix = found
     override_text = ctx.env("HSA_OVERRIDE_GFX_VERSION")
-    override = kb.gfx_from_override(override_text)
+    override = rocm_tables.gfx_from_override(override_text)
     for gpu in ctx.amd_gpus:
         gfx, basis, exact = _gpu_target(gpu)
         if gfx is None:
@@ -146,7 +146,7 @@ def _gfx_targets(ctx: Context) -> None:
         )
 
 
-def _rocm_line(ctx: Context) -> tuple[kb.RocmTargets, bool] | str:
+def _rocm_line(ctx: Context) -> tuple[rocm_tables.RocmTargets, bool] | str:
     """(the build's wheel line, whether it comes from the +rocm suffix) or why it is unknown."""
     build = ctx.build
     release = build.release.release if build.release else None
@@ -157,7 +157,7 @@ def _rocm_line(ctx: Context) -> tuple[kb.RocmTargets, bool] | str:
                 f"{build.label} is a nightly or custom ROCm build: its gfx target list is not "
                 "the published wheel's"
             )
-        line = kb.rocm_targets(label, release)
+        line = rocm_tables.rocm_targets(label, release)
         if line is None:
             return f"no gfx target list for the {label} wheels (rocm_targets.csv has no row)"
         return line, True
@@ -168,7 +168,7 @@ def _rocm_line(ctx: Context) -> tuple[kb.RocmTargets, bool] | str:
     wanted = versions.major_minor(release)
     names = {
         row.variant
-        for row in kb.rocm_lines()
+        for row in rocm_tables.rocm_lines()
         if versions.major_minor(row.rocm) == hip_mm
         and any(versions.major_minor(rel) == wanted for rel in row.releases)
     }
@@ -177,16 +177,16 @@ def _rocm_line(ctx: Context) -> tuple[kb.RocmTargets, bool] | str:
             f"which ROCm wheel line {build.label} (HIP {hip}) is, is not known, so its gfx "
             "target list was not checked"
         )
-    line = kb.rocm_targets(names.pop(), release)
+    line = rocm_tables.rocm_targets(names.pop(), release)
     return (line, False) if line is not None else "no gfx target list for this ROCm build"
 
 
 def _gpu_target(gpu: GpuFact) -> tuple[str | None, str, bool]:
     """(gfx target, where it comes from, whether that is a fact) of an AMD GPU."""
     arch = (gpu.raw.arch or "").strip().lower().split(":")[0]
-    if kb.GFX_TARGET.fullmatch(arch):
+    if rocm_tables.GFX_TARGET.fullmatch(arch):
         return arch, "reported", True
-    known = kb.amd_gpu_lookup(gpu.name)
+    known = rocm_tables.amd_gpu_lookup(gpu.name)
     if known is None:
         return None, "", False
     if known.verified:
@@ -194,7 +194,7 @@ def _gpu_target(gpu: GpuFact) -> tuple[str | None, str, bool]:
     return known.gfx, "guessed from an UNVERIFIED AMD GPU table row", False
 
 
-def _doubt(line: kb.RocmTargets, from_suffix: bool, exact: bool, assumed: bool) -> str:
+def _doubt(line: rocm_tables.RocmTargets, from_suffix: bool, exact: bool, assumed: bool) -> str:
     """Why a TU605 is only a warning, said after the target list."""
     if not line.verified:
         return " (by an UNVERIFIED rocm_targets.csv row)"
@@ -205,7 +205,7 @@ def _doubt(line: kb.RocmTargets, from_suffix: bool, exact: bool, assumed: bool) 
     return ""
 
 
-def _gfx_fix(ctx: Context, gfx: str, line: kb.RocmTargets) -> str:
+def _gfx_fix(ctx: Context, gfx: str, line: rocm_tables.RocmTargets) -> str:
     options = []
     wheel = _wheel_shipping(ctx, gfx)
     if wheel is not None:
@@ -215,7 +215,7 @@ def _gfx_fix(ctx: Context, gfx: str, line: kb.RocmTargets) -> str:
             f"{install_fix(ctx, release, row.variant)} (the {row.variant} wheels of torch "
             f"{release.release} ship {gfx}{note})"
         )
-    sibling = kb.RDNA_SIBLINGS.get(gfx)
+    sibling = rocm_tables.RDNA_SIBLINGS.get(gfx)
     if sibling is not None and line.ships(sibling[0]):
         options.append(
             f"keep this build and export HSA_OVERRIDE_GFX_VERSION={sibling[1]}, so the {gfx} GPU "
@@ -229,7 +229,7 @@ def _gfx_fix(ctx: Context, gfx: str, line: kb.RocmTargets) -> str:
     return "; or ".join(options)
 
 
-def _wheel_shipping(ctx: Context, gfx: str) -> tuple[kb.Release, kb.RocmTargets] | None:
+def _wheel_shipping(ctx: Context, gfx: str) -> tuple[kb.Release, rocm_tables.RocmTargets] | None:
     """The nearest (release, ROCm wheel line) whose target list has ``gfx``: the build's own
     release first, then newer ones, then older ones; only releases with wheels for this Python."""
     everything = list(kb.releases())
@@ -245,7 +245,7 @@ def _wheel_shipping(ctx: Context, gfx: str) -> tuple[kb.Release, kb.RocmTargets]
         wanted = versions.major_minor(release.release)
         rows = [
             row
-            for row in kb.rocm_lines()
+            for row in rocm_tables.rocm_lines()
             if any(versions.major_minor(rel) == wanted for rel in row.releases)
         ]
         rows.sort(key=lambda row: versions.release(row.rocm) or (), reverse=True)
