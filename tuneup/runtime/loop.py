@@ -330,7 +330,7 @@ def _device_of(model: torch.nn.Module) -> torch.device:
 
 
 def tuned_loop(model: torch.nn.Module, optimizer: torch.optim.Optimizer, *,
-               scheduler: Any = None) -> TunedLoop:
+               scheduler: Any = None, adapt: bool = False) -> TunedLoop:
     """Wrap ``model`` and ``optimizer`` with the tuned compile mode, AMP dtype, threads and
     micro-batch size.
 
@@ -339,6 +339,9 @@ def tuned_loop(model: torch.nn.Module, optimizer: torch.optim.Optimizer, *,
         optimizer: its optimizer.
         scheduler: a per-step LR scheduler, stepped once per optimizer step (= once per
             batch). Step per-epoch schedulers yourself, as before.
+        adapt: when the loop waits for data more than 20 % of an epoch, give the next epoch
+            one more DataLoader worker (up to the usable cores), then a deeper prefetch; said
+            once per change, never changing which samples come in which order. Off by default.
 
     Without a settings file (or with ``TUNEUP_DISABLE=1``) this is plain PyTorch:
     ``loop.backward(loss)`` is ``loss.backward(); optimizer.step(); optimizer.zero_grad()``.
@@ -356,4 +359,8 @@ def tuned_loop(model: torch.nn.Module, optimizer: torch.optim.Optimizer, *,
     loop = TunedLoop(model, optimizer, knobs=knobs, scheduler=scheduler)
     if observers is not hooks.NOBODY:
         observers.loop_created(loop)
+    if adapt and not store.disabled():
+        from tuneup.runtime import adapt as adaptation  # only scripts that ask pay its import
+
+        adaptation.install(loop)
     return loop
