@@ -215,7 +215,7 @@ class TrialSession(hooks.Observer):
         reasons = dict(loader.fixed_reasons)
         dtypes = [d for d in AMP_DTYPES if apply.amp_problem(d, loop.device.type, bf16) is None]
         if "bfloat16" in dtypes and loop.device.type == "cpu":
-            slowdown = _cpu_bfloat16_slowdown()
+            slowdown = cpu_bfloat16_slowdown()
             if slowdown > SLOW_BFLOAT16:
                 dtypes.remove("bfloat16")
                 reasons["amp_dtype"] = (f"this CPU has no fast bfloat16 (a matmul under bfloat16 "
@@ -454,7 +454,7 @@ def _usable_cores() -> int:
     return max(1, int(cores)) if cores else (os.cpu_count() or 1)
 
 
-def _cpu_bfloat16_slowdown(size: int = 256) -> float:
+def cpu_bfloat16_slowdown(size: int = 256) -> float:
     """How many times slower a matmul runs under bfloat16 autocast than in float32 here.
 
     CPUs without native bfloat16 (no AVX512-BF16 / AMX / ARM BF16) emulate it, tens of
