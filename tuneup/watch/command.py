@@ -1,4 +1,5 @@
-"""``tuneup watch [OPTIONS] -- COMMAND...`` and ``tuneup watch --pid PID``."""
+"""``tuneup watch [OPTIONS] -- COMMAND...``, ``tuneup watch --pid PID``, and the daemon:
+``tuneup watch --daemon``, ``tuneup watch status``, ``tuneup watch stop``."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,23 +21,39 @@ from rich.console import Console
 
 from tuneup.errors import TuneupError, UsageError
 from tuneup.machine.probe import probe_cpu
+from tuneup.watch import control, daemon
 from tuneup.watch import summary as summaries
 from tuneup.watch.host import Host
 from tuneup.watch.job import AttachedJob, Job, StartedJob
 from tuneup.watch.nvml import open_gpus
 from tuneup.watch.procs import ProcessTree
+from tuneup.watch.recent import Recent
 from tuneup.watch.sampler import Sampler
 from tuneup.watch.samples import Sample
-from tuneup.watch.verdict import decide, reduce
+from tuneup.watch.serve import Exporter, JobView
+from tuneup.watch.state import StateDir
 from tuneup.watch.view import LiveView, PlainView, block_height
 
 MIN_INTERVAL_S = 0.1
-WINDOW_S = 10.0  # the live verdict's window: recent enough to follow phases, long enough to hold
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"],
-                                 "allow_interspersed_args": False})
+class WatchCommand(click.Command):
+    """``watch`` runs or attaches to a job; a first argument ``status`` or ``stop`` asks the
+    daemon instead (``tuneup watch -- status`` runs a program of that name)."""
+
+    subcommands = {"status": control.status, "stop": control.stop}
+
+    def make_context(self, info_name: str | None, args: list[str],
+                     parent: click.Context | None = None, **extra: Any) -> click.Context:
+        if args and args[0] in self.subcommands:
+            return self.subcommands[args[0]].make_context(
+                f"{info_name} {args[0]}", args[1:], parent=parent, **extra)
+        return super().make_context(info_name, args, parent=parent, **extra)
+
+
+@click.command(cls=WatchCommand, context_settings={"help_option_names": ["-h", "--help"],
+                                                   "allow_interspersed_args": False})
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @click.option("--pid", type=int, help="Watch this running process instead of starting COMMAND.")
 @click.option("--interval", type=float, default=1.0, show_default=True,
@@ -45,28 +62,53 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
               help="Write the end-of-job summary here as JSON.")
 @click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text",
               show_default=True, help="Lines per sample and the summary as text or JSON.")
+@click.option("--serve", metavar="HOST:PORT",
+              help="Serve the latest samples in Prometheus' text format at /metrics "
+                   "(needs tuneup[prometheus]).")
+@click.option("--daemon", "as_daemon", is_flag=True,
+              help="Watch every training job on this machine, detached.")
+@click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path),
+              help=f"With --daemon: {control.STATE_DIR_HELP}")
+@click.option("--log", "log_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="With --daemon: the JSON-lines log, rotated by size "
+                   "[default: STATE_DIR/watch.jsonl].")
 def watch(command: tuple[str, ...], pid: int | None, interval: float, summary_path: Path | None,
-          output_format: str) -> None:
+          output_format: str, serve: str | None, as_daemon: bool, state_dir: Path | None,
+          log_path: Path | None) -> None:
     """Run COMMAND (or watch --pid PID) and say why it trains at the speed it does.
 
     \b
     tuneup watch -- python train.py --epochs 3
     tuneup watch --pid 12345 --summary watch.json
+    tuneup watch --daemon [--serve 127.0.0.1:9400]   every training job on this machine
+    tuneup watch status [--format json]              the daemon's jobs and verdicts
+    tuneup watch stop
     The job's output passes through; the watcher's lines go to stderr (stdout with --pid).
     See docs/watch.md.
     """
+    if not math.isfinite(interval) or interval < MIN_INTERVAL_S:
+        raise UsageError(f"--interval must be at least {MIN_INTERVAL_S} seconds (got {interval:g})")
+    if as_daemon:
+        if command or pid is not None or summary_path is not None:
+            raise UsageError("--daemon watches every training job on this machine: "
+                             "give it no command, --pid or --summary")
+        _start_daemon(StateDir(state_dir), interval, log_path, serve, output_format)
+        return
+    if state_dir is not None or log_path is not None:
+        raise UsageError("--state-dir and --log go with --daemon")
     if bool(command) == (pid is not None):
         raise UsageError("give a command to run after -- or --pid PID, not both"
                          if command else "give a command to run (after --) or --pid PID")
-    if not math.isfinite(interval) or interval < MIN_INTERVAL_S:
-        raise UsageError(f"--interval must be at least {MIN_INTERVAL_S} seconds (got {interval:g})")
     if summary_path is not None and not _writable_parent(summary_path):
         raise UsageError(f"cannot write the summary into {summary_path.parent}")
     stream = sys.stdout if pid is not None else sys.stderr
-    with (tempfile.TemporaryDirectory(prefix="tuneup-watch-") if command
-          else contextlib.nullcontext()) as feed_directory:
+    with (Exporter(serve) if serve is not None else contextlib.nullcontext()) as exporter, \
+            (tempfile.TemporaryDirectory(prefix="tuneup-watch-") if command
+             else contextlib.nullcontext()) as feed_directory:
         job: Job = StartedJob(command, Path(feed_directory)) if command else AttachedJob(pid)
-        result, stopped_by = _watch(job, interval, stream, output_format)
+        if exporter is not None:
+            stream.write(f"tuneup watch: metrics at {exporter.url}\n")
+        result, stopped_by = _watch(job, interval, stream, output_format, exporter)
     if output_format == "json":
         stream.write(json.dumps(result, indent=2) + "\n")
     else:
@@ -87,12 +129,18 @@ def _writable_parent(path: Path) -> bool:
     return folder.is_dir() and os.access(folder, os.W_OK)
 
 
-def _script(command: Sequence[str] | None) -> str:
-    """The training script a command runs, for the actions' commands (``train.py`` if none)."""
-    for word in command or ():
-        if word.endswith(".py"):
-            return word
-    return "train.py"
+def _start_daemon(state: StateDir, interval: float, log_path: Path | None, serve: str | None,
+                  output_format: str) -> None:
+    """Start the daemon and say where it is: its pid, its state directory, its log."""
+    report = daemon.start(state, interval, log_path, serve)
+    if output_format == "json":
+        click.echo(json.dumps({**report, "state_dir": str(state.path)}))
+        return
+    click.echo(f"tuneup watch: daemon started, pid {report['pid']}; state {state.path}; "
+               f"log {report['log']}" + (f"; metrics at {report['serve']}" if report['serve']
+                                         else ""))
+    for note in report["notes"]:
+        click.echo(f"  note: {note}")
 
 
 @contextlib.contextmanager
@@ -114,8 +162,8 @@ def _signals_passed_on(job: Job) -> Iterator[list[int]]:
             signal.signal(signum, handler_before)
 
 
-def _watch(job: Job, interval: float, stream: Any, output_format: str
-           ) -> tuple[dict[str, Any], int | None]:
+def _watch(job: Job, interval: float, stream: Any, output_format: str,
+           exporter: Exporter | None) -> tuple[dict[str, Any], int | None]:
     """Sample ``job`` until it ends (or, attached, until the watcher is told to stop);
     returns the summary and the signal that stopped the watcher, if one did."""
     gpus, note = open_gpus()
@@ -130,6 +178,7 @@ def _watch(job: Job, interval: float, stream: Any, output_format: str
         notes.append("no runtime feed: the job was not started by `tuneup watch -- ...` with "
                      "tuned_loader, so the data wait is not measured")
     samples: list[Sample] = []
+    recent = Recent(job.command)
     live = output_format == "text" and stream.isatty() and os.environ.get("TERM") != "dumb"
     view = (LiveView(stream, block_height(len(gpus.handles) if gpus else 0)) if live
             else PlainView(stream, output_format == "json"))
@@ -144,15 +193,16 @@ def _watch(job: Job, interval: float, stream: Any, output_format: str
                 if ended:
                     break
                 samples.append(sampler.sample())
-                window = [s for s in samples if s.t >= samples[-1].t - WINDOW_S]
-                figures = reduce(window) if len(window) > 1 else None
-                view.show(samples[-1], figures, decide(figures, _script(job.command))
-                          if figures is not None else None)
+                verdict = recent.add(samples[-1])
+                view.show(samples[-1], recent.figures, verdict)
+                if exporter is not None:
+                    exporter.publish([JobView(job.pid, recent.script, samples[-1],
+                                              recent.figures, verdict)])
     finally:
         if gpus is not None:
             gpus.close()
     result = summaries.build(
         samples, sampler.runtime(), command=job.command, pid=job.pid,
         exit_status=job.exit_status(), duration_s=time.monotonic() - started,
-        interval_s=interval, notes=notes, script=_script(job.command))
+        interval_s=interval, notes=notes, script=recent.script)
     return result, stopped_by

@@ -1,0 +1,194 @@
+"""Which processes on the machine are training jobs, for the daemon.
+
+A job is a Python process that holds a GPU context (NVML's per-process list), or that runs
+with the tuneup runtime: its environment names tuneup's observers or the watcher's feed
+(``TUNEUP_OBSERVERS``, ``TUNEUP_WATCH_FEED``), or its command line imports tuneup (``-c``
+code, or the script it runs). A job's descendants (DataLoader workers, the ranks under a
+launcher) belong to its process tree, not to jobs of their own; tuneup's own commands (the
+daemon, ``tuneup watch``, ``tuneup autotune``) are never jobs. A Python process whose
+environment cannot be read (another user's) is skipped and said once per user.
+
+What a process is does not change while it runs, so each is read once, when first seen;
+only the GPU list is asked again every tick.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Collection, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+from tuneup.runtime.hooks import ENV_OBSERVERS
+from tuneup.watch import feed
+from tuneup.watch.nvml import GpuReader
+
+GPU, RUNTIME, IMPORTS = "gpu context", "tuneup runtime", "imports tuneup"
+IMPORTS_TUNEUP = re.compile(  # ``from tuneup...``, ``import tuneup``, ``import os, tuneup as t``
+    rb"^[ \t]*(?:from[ \t]+tuneup\b|import[ \t]+(?:[\w.]+(?:[ \t]+as[ \t]+\w+)?[ \t]*,[ \t]*)*"
+    rb"tuneup\b)", re.MULTILINE)
+MAX_SCRIPT_BYTES = 1 << 20  # a training script's imports are near its top
+TOOL_MODULES = ("tuneup.cli", "tuneup.watch.daemon")
+
+
+@dataclass(frozen=True)
+class Found:
+    """A training job: its root process, how it was recognised, and its runtime feed."""
+
+    pid: int
+    command: tuple[str, ...]
+    user: str | None
+    found_by: str  # GPU, RUNTIME or IMPORTS
+    feed_directory: Path | None
+
+
+class _NotYet(Exception):
+    """The process is in the middle of ``exec`` (its name is new, its command line still
+    empty): read it again next tick rather than decide on nothing."""
+
+
+@dataclass(frozen=True)
+class _Seen:
+    """What a Python process is, read once: ``marked`` when tuneup's runtime runs in it
+    (a job with or without a GPU), otherwise a job only while it holds a GPU context."""
+
+    command: tuple[str, ...]
+    user: str | None
+    marked: str | None  # RUNTIME, IMPORTS or None
+    feed_directory: Path | None
+
+
+def is_python(name: str, cmdline: list[str]) -> bool:
+    """``python3.11 train.py``, and scripts with a Python shebang (``torchrun``: the
+    process's name is the script's, its command line starts with the interpreter)."""
+    first = Path(cmdline[0]).name if cmdline else ""
+    return name.startswith("python") or first.startswith("python")
+
+
+def is_tuneup_tool(cmdline: list[str]) -> bool:
+    """tuneup's own commands: the console script, ``-m tuneup.cli``, the daemon."""
+    if len(cmdline) > 1 and Path(cmdline[1]).name == "tuneup":
+        return True
+    return any(word == "-m" and module in TOOL_MODULES
+               for word, module in zip(cmdline, cmdline[1:]))
+
+
+def imports_tuneup(cmdline: list[str], cwd: str | None) -> bool:
+    """The ``-c`` code or the first ``*.py`` script of ``cmdline`` imports tuneup."""
+    for word, following in zip(cmdline, [*cmdline[1:], ""]):
+        if word == "-c":
+            return bool(IMPORTS_TUNEUP.search(following.encode(errors="replace")))
+        if word.endswith(".py"):
+            path = Path(word) if cwd is None else Path(cwd) / word
+            try:
+                with path.open("rb") as handle:
+                    return bool(IMPORTS_TUNEUP.search(handle.read(MAX_SCRIPT_BYTES)))
+            except OSError:
+                return False
+    return False
+
+
+def feed_directory(environ: dict[str, str]) -> Path | None:
+    """The watcher's feed a process publishes to, when its environment installs it."""
+    if feed.OBSERVER in environ.get(ENV_OBSERVERS, "") and environ.get(feed.ENV_FEED):
+        return Path(environ[feed.ENV_FEED])
+    return None
+
+
+def gpu_pids(gpus: GpuReader | None) -> set[int]:
+    """Processes holding a compute context on any GPU (none without NVML)."""
+    pids: set[int] = set()
+    for handle in gpus.handles if gpus is not None else ():
+        try:
+            pids.update(p.pid for p in gpus.nvml.nvmlDeviceGetComputeRunningProcesses(handle))
+        except Exception:  # NVMLError: no process list for this GPU
+            continue
+    return pids
+
+
+class Finder:
+    """Finds the jobs among the machine's processes; ``list_pids`` and ``open_process`` are
+    psutil's unless a test hands in others (a process of another user, say)."""
+
+    def __init__(self, list_pids: Callable[[], Iterable[int]] = psutil.pids,
+                 open_process: Callable[[int], psutil.Process] = psutil.Process,
+                 own_pid: int | None = None) -> None:
+        self.list_pids = list_pids
+        self.open_process = open_process
+        self.own_pid = own_pid if own_pid is not None else psutil.Process().pid
+        self._seen: dict[int, _Seen | None] = {}  # pid -> what it is (None: not a job, ever)
+        self._parents: dict[int, int] = {}
+        self._denied_users: set[str] = set()
+        self.notes: list[str] = []  # said once each; the daemon takes them
+
+    def find(self, on_gpu: Collection[int] = ()) -> list[Found]:
+        """The jobs now: marked Python processes, and those holding a GPU context."""
+        pids = set(self.list_pids())
+        self._seen = {pid: seen for pid, seen in self._seen.items() if pid in pids}
+        self._parents = {pid: parent for pid, parent in self._parents.items() if pid in pids}
+        for pid in pids - self._seen.keys():
+            try:
+                self._seen[pid] = self._read(pid)
+            except _NotYet:
+                continue
+        jobs = {pid: seen for pid, seen in self._seen.items()
+                if seen is not None and (seen.marked or pid in on_gpu)}
+        return [Found(pid=pid, command=seen.command, user=seen.user,
+                      found_by=seen.marked or GPU, feed_directory=seen.feed_directory)
+                for pid, seen in sorted(jobs.items())
+                if not any(parent in jobs for parent in self._ancestors(pid))]
+
+    def _read(self, pid: int) -> _Seen | None:
+        """What the process is, or ``None`` when it is no job (not Python, a tuneup tool,
+        the daemon itself, gone, or unreadable)."""
+        if pid == self.own_pid:
+            return None
+        try:
+            process = self.open_process(pid)
+            self._parents[pid] = process.ppid()
+            cmdline, name = process.cmdline(), process.name()
+            if not cmdline and name.startswith("python") and (
+                    process.status() != psutil.STATUS_ZOMBIE):
+                raise _NotYet  # kernel threads too have no command line, but other names
+            if not is_python(name, cmdline) or is_tuneup_tool(cmdline):
+                return None
+            user = _user(process)
+            try:
+                environ = process.environ()
+                cwd = process.cwd()
+            except psutil.AccessDenied:
+                self._denied(user)
+                return None
+        except psutil.Error:  # gone meanwhile, or even its command line is hidden
+            return None
+        if environ.get(ENV_OBSERVERS) or environ.get(feed.ENV_FEED):
+            marked: str | None = RUNTIME
+        elif imports_tuneup(cmdline, cwd):
+            marked = IMPORTS
+        else:
+            marked = None
+        return _Seen(command=tuple(cmdline), user=user, marked=marked,
+                     feed_directory=feed_directory(environ))
+
+    def _denied(self, user: str | None) -> None:
+        name = user or "another user"
+        if name not in self._denied_users:
+            self._denied_users.add(name)
+            self.notes.append(f"Python processes of {name} cannot be read (permission denied): "
+                              "skipped; run the daemon as that user (or root) to watch them")
+
+    def _ancestors(self, pid: int) -> Iterable[int]:
+        """The parents of ``pid`` up to the root, as far as they were read."""
+        seen = {pid}
+        while (pid := self._parents.get(pid, 0)) and pid not in seen:
+            seen.add(pid)
+            yield pid
+
+
+def _user(process: psutil.Process) -> str | None:
+    try:
+        return process.username()
+    except (psutil.Error, KeyError):  # a uid with no name in this container
+        return None

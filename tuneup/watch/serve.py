@@ -1,0 +1,202 @@
+"""``--serve HOST:PORT``: the latest samples in Prometheus' text format, for the dashboards
+clusters already have.
+
+``prometheus-client`` is an optional extra (``pip install 'tuneup[prometheus]'``), imported
+only when an :class:`Exporter` is made. The watcher (or the daemon) hands the latest sample
+of each job to :meth:`Exporter.publish` every tick; a scrape turns them into metrics, so
+scrapes cost the watcher nothing between them. The runtime's counters are Prometheus
+counters (``rate()`` gives steps/s and the data-wait share over any range); everything else
+is a gauge of the latest sample.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from socketserver import ThreadingMixIn
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from tuneup.errors import UsageError
+from tuneup.watch.samples import HELPER, MAIN, WORKER, Sample
+from tuneup.watch.verdict import Figures, Verdict
+
+PREFIX = "tuneup_watch_"
+GPU_GAUGES = (  # (metric, GpuSample field, help)
+    ("gpu_utilization_percent", "utilization", "share of time a kernel ran"),
+    ("gpu_memory_used_bytes", "memory_used", "GPU memory used, all processes"),
+    ("gpu_memory_total_bytes", "memory_total", "GPU memory"),
+    ("gpu_power_watts", "power_w", "power draw"),
+    ("gpu_power_limit_watts", "power_limit_w", "enforced power limit"),
+    ("gpu_sm_clock_mhz", "sm_clock_mhz", "SM clock"),
+    ("gpu_sm_clock_max_mhz", "sm_clock_max_mhz", "SM clock's maximum"),
+    ("gpu_temperature_celsius", "temperature_c", "GPU temperature"),
+    ("gpu_pcie_rx_bytes_per_second", "pcie_rx_bytes_s", "host -> GPU traffic"),
+    ("gpu_pcie_tx_bytes_per_second", "pcie_tx_bytes_s", "GPU -> host traffic"),
+)
+HOST_GAUGES = (
+    ("host_cpu_percent", "cpu_percent", "all cores busy, 0-100"),
+    ("host_iowait_percent", "iowait_percent", "CPU time waiting for storage"),
+    ("host_swap_bytes_per_second", "swap_bytes_s", "swapped in + out"),
+    ("host_memory_available_bytes", "memory_available", "available RAM"),
+    ("host_memory_total_bytes", "memory_total", "RAM"),
+    ("host_usable_cores", "usable_cores", "cores of the affinity mask and cgroup quota"),
+)
+RUNTIME_COUNTERS = (  # the runtime's own counters, summed over a job's training processes
+    ("steps", "steps", "optimizer steps"),
+    ("samples", "samples", "samples trained on"),
+    ("loop_seconds", "elapsed_s", "time in the training loop"),
+    ("data_wait_seconds", "data_wait_s", "time waiting for batches"),
+    ("copy_seconds", "copy_s", "time copying batches to the device"),
+)
+WINDOW_GAUGES = (
+    ("data_wait_ratio", "data_wait_share", "share of the loop waiting for data, last 10 s"),
+    ("copy_ratio", "copy_share", "share of the loop copying to the device, last 10 s"),
+    ("samples_per_second", "samples_per_s", "samples/s, last 10 s"),
+)
+
+
+@dataclass(frozen=True)
+class JobView:
+    """What a scrape shows of one job: its latest sample and its live verdict."""
+
+    pid: int
+    script: str
+    sample: Sample
+    figures: Figures | None
+    verdict: Verdict | None
+
+
+def parse_address(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:9400`` for IPv6, ``:9400`` for every interface)."""
+    host, colon, port = text.rpartition(":")
+    if not colon or not port.isdigit() or int(port) > 65535:
+        raise UsageError(f"--serve takes HOST:PORT, e.g. 127.0.0.1:9400 (got {text!r})")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+class _Quiet(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        """No line per scrape on the watcher's output."""
+
+
+class Exporter:
+    """Listens on ``address`` in a thread of its own and serves ``/metrics``."""
+
+    def __init__(self, address: str) -> None:
+        host, port = parse_address(address)
+        try:
+            from prometheus_client import CollectorRegistry, make_wsgi_app
+        except ImportError:
+            raise UsageError("--serve needs the prometheus-client package: "
+                             "pip install 'tuneup[prometheus]'") from None
+        self._jobs: tuple[JobView, ...] = ()
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(self)
+        server_class = type("Server", (ThreadingMixIn, WSGIServer), {
+            "daemon_threads": True,
+            "address_family": socket.AF_INET6 if ":" in host else socket.AF_INET})
+        try:
+            self.server = make_server(host, port, make_wsgi_app(registry), server_class,
+                                      handler_class=_Quiet)
+        except OSError as exc:
+            raise UsageError(f"--serve {address}: cannot listen there "
+                             f"({exc.strerror or exc})") from None
+        shown = f"[{host}]" if ":" in host else host
+        self.url = f"http://{shown}:{self.server.server_port}/metrics"
+        self.thread = threading.Thread(target=self.server.serve_forever, name="tuneup-serve",
+                                       daemon=True)
+        self.thread.start()
+
+    def publish(self, jobs: Sequence[JobView]) -> None:
+        """The latest view of every job watched (replaces the previous one whole)."""
+        self._jobs = tuple(jobs)
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def __enter__(self) -> Exporter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def collect(self) -> Iterator[Any]:
+        """The metrics of the latest views (prometheus-client calls this on each scrape)."""
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        jobs = self._jobs
+        watched = GaugeMetricFamily(PREFIX + "jobs", "training jobs watched")
+        watched.add_metric([], len(jobs))
+        yield watched
+        if not jobs:
+            return
+        latest = max(jobs, key=lambda job: job.sample.t).sample
+        yield from _machine(latest, GaugeMetricFamily)
+        yield from _jobs(jobs, GaugeMetricFamily, CounterMetricFamily)
+
+
+def _machine(sample: Sample, gauge: Any) -> Iterator[Any]:
+    """Per GPU and for the host: the machine's figures, the same for every job."""
+    for metric, field, help_text in GPU_GAUGES:
+        family = gauge(PREFIX + metric, help_text, labels=["gpu", "name"])
+        for gpu in sample.gpus:
+            value = getattr(gpu, field)
+            if value is not None:
+                family.add_metric([str(gpu.index), gpu.name or ""], value)
+        yield family
+    reasons = gauge(PREFIX + "gpu_throttle_reason", "1 while NVML gives this clock "
+                    "throttle reason", labels=["gpu", "reason"])
+    for gpu in sample.gpus:
+        for reason in gpu.throttle_reasons:
+            reasons.add_metric([str(gpu.index), reason], 1)
+    yield reasons
+    for metric, field, help_text in HOST_GAUGES:
+        value = getattr(sample.host, field)
+        family = gauge(PREFIX + metric, help_text)
+        if value is not None:
+            family.add_metric([], value)
+        yield family
+
+
+def _jobs(jobs: Sequence[JobView], gauge: Any, counter: Any) -> Iterator[Any]:
+    """Per job (``pid``, ``script``): its processes, the runtime's counters, the verdict."""
+    labels = ["pid", "script"]
+    cpu = gauge(PREFIX + "job_cpu_percent", "CPU by role, % of one core",
+                labels=[*labels, "role"])
+    processes = gauge(PREFIX + "job_processes", "processes by role", labels=[*labels, "role"])
+    threads = gauge(PREFIX + "job_threads", "threads of all the job's processes", labels=labels)
+    rss = gauge(PREFIX + "job_rss_bytes", "resident memory of the job's processes", labels=labels)
+    gpu_memory = gauge(PREFIX + "job_gpu_memory_bytes", "GPU memory the job holds",
+                       labels=[*labels, "gpu"])
+    runtime = [counter(PREFIX + metric, help_text + " (the runtime's feed)", labels=labels)
+               for metric, _, help_text in RUNTIME_COUNTERS]
+    window = [gauge(PREFIX + metric, help_text, labels=labels)
+              for metric, _, help_text in WINDOW_GAUGES]
+    verdict = gauge(PREFIX + "verdict", "1 for the job's live verdict (last 10 s)",
+                    labels=[*labels, "kind"])
+    for job in jobs:
+        key = [str(job.pid), job.script]
+        for role in (MAIN, WORKER, HELPER):
+            members = [p for p in job.sample.processes if p.role == role]
+            processes.add_metric([*key, role], len(members))
+            if any(p.cpu_percent is not None for p in members):
+                cpu.add_metric([*key, role], sum(p.cpu_percent or 0.0 for p in members))
+        threads.add_metric(key, sum(p.threads for p in job.sample.processes))
+        rss.add_metric(key, sum(p.rss for p in job.sample.processes))
+        for gpu in job.sample.gpus:
+            if gpu.job_memory is not None:
+                gpu_memory.add_metric([*key, str(gpu.index)], gpu.job_memory)
+        if job.sample.runtime:
+            for family, (_, field, _) in zip(runtime, RUNTIME_COUNTERS):
+                family.add_metric(key, sum(getattr(r, field) for r in job.sample.runtime))
+        for family, (_, field, _) in zip(window, WINDOW_GAUGES):
+            value = getattr(job.figures, field) if job.figures is not None else None
+            if value is not None:
+                family.add_metric(key, value)
+        if job.verdict is not None:
+            verdict.add_metric([*key, job.verdict.kind], 1)
+    yield from (cpu, processes, threads, rss, gpu_memory, *runtime, *window, verdict)
