@@ -145,8 +145,11 @@ def print_table(console: Console, outcome: Outcome, output: Path | None, elapsed
 
 
 def speedup_text(outcome: Outcome) -> str:
-    """``1.61x [1.52, 1.70]`` when confirmed by interleaved re-runs, else marked unconfirmed."""
+    """``1.61x [1.52, 1.70]`` when confirmed by interleaved re-runs, else marked unconfirmed;
+    nothing to confirm when the defaults were kept."""
     text = f"{outcome.speedup:.2f}x"
+    if not outcome.knobs.changed():
+        return text + " (PyTorch's defaults kept: nothing beat them beyond noise)"
     if outcome.speedup_interval:
         low, high = outcome.speedup_interval
         text += f" [{low:.2f}, {high:.2f}]"
