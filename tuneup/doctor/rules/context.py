@@ -83,6 +83,11 @@ class Build:
         return versions.base(self.version)
 
     @property
+    def cuda_major(self) -> int | None:
+        mm = versions.major_minor(self.cuda)
+        return mm[0] if mm else None
+
+    @property
     def is_dev(self) -> bool:
         return bool(self.version and versions.is_dev(self.version))
 
@@ -205,6 +210,13 @@ class Context:
     @property
     def amd_gpus(self) -> list[GpuFact]:
         return [g for g in self.gpus if g.vendor == "amd"]
+
+    def cuda_wheels(self, library: str) -> dict[int, tuple[str, str]]:
+        """CUDA major -> (name, version) of each installed ``nvidia-<library>-cuXX`` wheel."""
+        pattern = re.compile(rf"nvidia-{library}-cu(\d+)$")
+        return {int(match.group(1)): (name, version)
+                for name, version in (self.snap.pip_packages or {}).items()
+                if (match := pattern.match(name))}
 
     @property
     def nvidia_present(self) -> bool:

@@ -16,7 +16,6 @@ INCOMPATIBILITY = re.compile(
     r"\((\d+),\s*(\d+),\s*(\d+)\)"
 )
 BARE_VERSION = re.compile(r"\d+(?:\.\d+){1,3}")
-CUDNN_WHEEL = re.compile(r"nvidia-cudnn-cu(\d+)$")
 PIP_CUDNN_FROM = (2, 1)  # Linux CUDA wheels of torch >= 2.1 load cuDNN from an nvidia-cudnn wheel
 SM75_CUDNN = (9, 11)  # cuDNN 9.11.0 dropped GPUs below compute capability 7.5
 
@@ -66,15 +65,12 @@ def _compiled(ctx: Context) -> tuple[str, str] | None:
 
 def _cudnn_wheel(ctx: Context) -> tuple[str, str] | None:
     """(name, version) of the nvidia-cudnn wheel torch loads: the one for its CUDA major."""
-    wheels = {
-        int(match.group(1)): (name, version)
-        for name, version in (ctx.snap.pip_packages or {}).items()
-        if (match := CUDNN_WHEEL.match(name))
-    }
-    major = (versions.major_minor(ctx.build.cuda) or (None,))[0]
+    wheels, major = ctx.cuda_wheels("cudnn"), ctx.build.cuda_major
     if major in wheels:
         return wheels[major]
-    return wheels[max(wheels)] if len(wheels) == 1 or major is None and wheels else None
+    if len(wheels) == 1 or (major is None and wheels):  # the only one, or no build to match
+        return wheels[max(wheels)]
+    return None
 
 
 def _runtime(ctx: Context) -> tuple[str, str] | None:

@@ -11,7 +11,6 @@ from tuneup.doctor.rules.context import Context
 from tuneup.machine import versions
 
 AREA = "nccl"
-NCCL_WHEEL = re.compile(r"nvidia-nccl-cu(\d+)$")
 MISSING_SYMBOL = re.compile(r"undefined symbol: (nccl\w+)")
 TRANSPORT_SWITCHES = {
     "NCCL_P2P_DISABLE": "peer-to-peer GPU copies (NVLink/PCIe) go through host memory",
@@ -37,20 +36,10 @@ def check(ctx: Context) -> None:
     _switches(ctx)
 
 
-def _nccl_wheels(ctx: Context) -> dict[int, tuple[str, str]]:
-    """CUDA major -> (name, version) of each installed nvidia-nccl-cuXX wheel."""
-    wheels = {}
-    for name, version in (ctx.snap.pip_packages or {}).items():
-        match = NCCL_WHEEL.match(name)
-        if match:
-            wheels[int(match.group(1))] = (name, version)
-    return wheels
-
-
 def _wheel_fit(ctx: Context) -> None:
     """The one NCCL wheel against the build: its CUDA major, and the release's pinned NCCL."""
-    wheels, build = _nccl_wheels(ctx), ctx.build
-    major = (versions.major_minor(build.cuda) or (None,))[0]
+    wheels, build = ctx.cuda_wheels("nccl"), ctx.build
+    major = build.cuda_major
     if len(wheels) != 1 or build.kind != "cuda" or major is None:
         return
     ((wheel_major, (name, version)),) = wheels.items()
@@ -78,8 +67,8 @@ def _wheel_fit(ctx: Context) -> None:
 
 
 def _graph_capture(ctx: Context) -> None:
-    wheels = _nccl_wheels(ctx)
-    major = (versions.major_minor(ctx.build.cuda) or (None,))[0]
+    wheels = ctx.cuda_wheels("nccl")
+    major = ctx.build.cuda_major
     said = messages.says(ctx.all_messages, "nccl-graph-capture")
     built = WHEEL_BUILT_WITH.get(major) if major in wheels else None
     if not said and (built is None or built >= GRAPH_CAPTURE_FROM):
@@ -113,12 +102,12 @@ def _system_error(ctx: Context) -> None:
 
 
 def _wheels(ctx: Context) -> None:
-    wheels = _nccl_wheels(ctx)
+    wheels = ctx.cuda_wheels("nccl")
     if len(wheels) < 2:
         if wheels:
             ctx.ok(AREA, f"one NCCL wheel ({' '.join(f'{n}=={v}' for n, v in wheels.values())})")
         return
-    build_major = (versions.major_minor(ctx.build.cuda) or (None,))[0]
+    build_major = ctx.build.cuda_major
     keep = build_major if build_major in wheels else max(wheels)
     extra = [wheels[m][0] for m in sorted(wheels) if m != keep]
     listed = ", ".join(f"{n}=={v}" for n, v in wheels.values())
