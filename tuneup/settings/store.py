@@ -11,10 +11,10 @@ import json
 import os
 import stat
 import sys
-import tempfile
 import warnings
 from pathlib import Path
 
+from tuneup.files import write_atomic
 from tuneup.settings.schema import Settings, SettingsError
 
 MAX_BYTES = 1 << 20  # a settings file is a few hundred bytes; anything near this is not one
@@ -128,26 +128,7 @@ def save(settings: Settings, path: Path) -> None:
     path = Path(os.path.realpath(path))
     path.parent.mkdir(parents=True, exist_ok=True)
     text = json.dumps(settings.to_dict(), indent=2, sort_keys=False, allow_nan=False) + "\n"
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.fchmod(fd, 0o666 & ~_umask())
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-
-
-def _umask() -> int:
-    mask = os.umask(0o022)  # reading the umask means setting it: put it straight back
-    os.umask(mask)
-    return mask
+    write_atomic(path, text)
 
 
 def warn(message: str) -> None:

@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tuneup.files import write_atomic
 from tuneup.runtime import hooks
 from tuneup.watch.samples import RuntimeSample
 
@@ -85,10 +86,9 @@ class Feed(hooks.Observer):
             return
         self.due = self.clock() + self.period_s
         try:
-            temporary = self.path.with_name(f".{self.path.name}.tmp")
-            temporary.write_text(json.dumps(dataclasses.asdict(self._record())),
-                                 encoding="utf-8")
-            os.replace(temporary, self.path)
+            # no fsync: a live reader needs whole files, not files that outlive a crash
+            write_atomic(self.path, json.dumps(dataclasses.asdict(self._record())),
+                         durable=False)
         except OSError as exc:  # the watcher's directory is gone: training goes on, unwatched
             self.broken = True
             print(f"tuneup: the watch feed stopped ({exc.strerror or exc})", file=sys.stderr)

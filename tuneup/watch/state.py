@@ -20,6 +20,7 @@ from typing import Any
 import psutil
 
 from tuneup.errors import UsageError
+from tuneup.files import write_atomic
 
 DAEMON_MODULE = "tuneup.watch.daemon"  # the daemon's command line names it: ``python -m ...``
 MAX_STATUS_BYTES = 1 << 22
@@ -86,14 +87,14 @@ class StateDir:
         return pid if alive else None
 
     def write_pid(self, pid: int) -> None:
-        _replace(self.pid_file, f"{pid}\n")
+        write_atomic(self.pid_file, f"{pid}\n")
 
     def remove_pid(self) -> None:
         with contextlib.suppress(FileNotFoundError):
             self.pid_file.unlink()
 
     def write_status(self, status: dict[str, Any]) -> None:
-        _replace(self.status_file, json.dumps(status, indent=1) + "\n")
+        write_atomic(self.status_file, json.dumps(status, indent=1) + "\n")
 
     def read_status(self) -> dict[str, Any] | None:
         """The last status the daemon wrote; ``None`` when there is none or it is unreadable."""
@@ -104,10 +105,3 @@ class StateDir:
         except (OSError, ValueError):
             return None
         return data if isinstance(data, dict) else None
-
-
-def _replace(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` atomically (a temporary file beside it, then rename)."""
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temporary.write_text(text, encoding="utf-8")
-    os.replace(temporary, path)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
+from tuneup.files import write_atomic
 from tuneup.watch.samples import WORKER, RuntimeSample, Sample
 from tuneup.watch.verdict import Figures, decide, reduce, rounded
 
@@ -88,9 +88,7 @@ def build(samples: Sequence[Sample], final: Sequence[RuntimeSample], *,
 
 def write(summary: dict[str, Any], path: Path) -> None:
     """Atomically: a reader never sees half a summary."""
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temporary.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-    os.replace(temporary, path)
+    write_atomic(path, json.dumps(summary, indent=2) + "\n")
 
 
 def print_text(console: Console, summary: dict[str, Any]) -> None:
