@@ -16,7 +16,7 @@ import weakref
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, ContextManager
 
-from tuneup.runtime import apply, distributed, hooks
+from tuneup.runtime import apply, hooks
 from tuneup.settings import store
 
 if TYPE_CHECKING:
@@ -64,7 +64,7 @@ class Adaptation(hooks.Observer):
             return
         workers = loader.dataloader.num_workers
         prefetch = loader.dataloader.prefetch_factor or DEFAULT_PREFETCH
-        cap = max(1, apply.usable_cores() // distributed.local_world_size())
+        cap = apply.rank_cores()
         if workers < cap:
             name, before, value = "num_workers", workers, max(1, min(cap, workers * 2))
         elif prefetch < MAX_ADAPTED_PREFETCH and "prefetch_factor" not in loader.fixed_reasons:

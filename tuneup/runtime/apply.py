@@ -55,7 +55,7 @@ def bounded(knobs: Knobs) -> Knobs:
     hand-edited or foreign file must not start 10**9 workers or threads. The ranks torchrun
     starts on one machine share its cores, so each is bounded by its part of them."""
     ranks = distributed.local_world_size()
-    cores = max(1, usable_cores() // ranks)
+    cores = rank_cores()
     limits = {"num_workers": 4 * cores, "cpu_threads": cores, "prefetch_factor": MAX_PREFETCH}
     cuts = {name: limit for name, limit in limits.items()
             if (getattr(knobs, name) or 0) > limit}
@@ -66,6 +66,11 @@ def bounded(knobs: Knobs) -> Knobs:
     store.warn(f"settings cut to {where}: " + ", ".join(
         f"{name} {getattr(knobs, name)} -> {limit}" for name, limit in cuts.items()))
     return knobs.replace(**cuts)
+
+
+def rank_cores() -> int:
+    """This process's part of the usable cores: torchrun's local ranks share them."""
+    return max(1, usable_cores() // distributed.local_world_size())
 
 
 def usable_cores() -> int:
