@@ -86,7 +86,7 @@ def test_attaching_to_a_job_started_with_the_feed_reads_its_figures(tmp_path):
         job.wait()
     assert result.exit_code == 0, result.output
     data = json.loads(summary.read_text())
-    assert data["verdict"]["kind"] == "input-bound", data["verdict"]
+    assert data["verdict"]["kind"] == "input-bound", data
     assert data["verdict"]["evidence"]["data_wait_share"] > 0.5
     assert data["figures"]["steps"] == 8  # the final counters, written as the job exited
     assert not any(note.startswith("no runtime feed") for note in data["notes"])

@@ -58,13 +58,18 @@ def test_it_publishes_the_loaders_counters_at_most_once_per_period(watched, tmp_
     writes = []
     publish = observer.publish
     observer.publish = lambda: (writes.append(clock.now), publish())
-    train(loop, loader, clock)  # 8 steps, 0.25 s apart
-    assert writes == [100.0, 101.0]  # the first batch, then one period later
-    (record,) = feed.read(tmp_path)
-    assert record.steps == 4 and record.samples == 40  # counted at the fifth batch's arrival
-    observer.publish()  # what atexit does
+    seen = []
+    for step, (x, y) in enumerate(loader):  # 8 steps, 0.25 s apart
+        loop.train_step((x, y), lambda b: nn.functional.cross_entropy(loop.model(b[0]), b[1]))
+        clock.now += 0.25
+        seen.append(feed.read(tmp_path)[0].steps)
+    assert seen == [0] * 4 + [4] * 4  # the first batch, then one period later
+    assert writes == [100.0, 101.0, 102.0]  # ... and at the end of the epoch
     (record,) = feed.read(tmp_path)
     stats = loop.stats()
+    assert (record.steps, record.samples) == (stats.steps, stats.samples) == (8, 64)
+    observer.publish()  # what atexit does
+    (record,) = feed.read(tmp_path)
     assert (record.steps, record.samples) == (stats.steps, stats.samples) == (8, 64)
     assert record.data_wait_s == stats.data_wait_s and record.copy_s == stats.copy_s
     assert record.device == "cpu" and record.num_workers == 0 and record.batch_size == 8

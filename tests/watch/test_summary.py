@@ -45,6 +45,15 @@ def test_the_summary_judges_the_training_part_with_the_runs_final_counters():
     json.dumps(result)  # every figure is plain JSON
 
 
+def test_when_the_final_counters_are_gone_the_last_sampled_ones_stand_in():
+    window = cpu_window(98.0, [], wait_s=0.5)
+    kept = summary.build(window, (), command=None, pid=10, exit_status=None, duration_s=5.0,
+                         interval_s=1.0, notes=[], script="t.py")
+    final = summary.build(window, window[-1].runtime, command=None, pid=10, exit_status=None,
+                          duration_s=5.0, interval_s=1.0, notes=[], script="t.py")
+    assert kept["verdict"] == final["verdict"] and kept["verdict"]["kind"] == "input-bound"
+
+
 def test_no_sample_no_verdict(tmp_path):
     result = summary.build([], (), command=["python", "-c", "pass"], pid=1, exit_status=0,
                            duration_s=0.1, interval_s=1.0, notes=[], script="train.py")

@@ -4,7 +4,8 @@
 ``TUNEUP_WATCH_FEED`` naming a directory. Inside the job, :class:`Feed` (a runtime observer:
 the runtime never imports this module) publishes the loader's own counters — steps,
 samples, time waiting for data, time copying to the device — as ``<pid>.json`` in that
-directory, replaced atomically, at most once per :data:`PERIOD_S` and once more at exit.
+directory, replaced atomically, at most once per :data:`PERIOD_S`, at the end of each
+epoch (so a job killed later still leaves its counters) and once more at exit.
 One file per training process, so several ranks never overwrite each other. The watcher
 reads them with :func:`read`. Without the variable no observer is installed and the
 runtime's cost is what it always was; with it, a batch costs one clock read more.
@@ -66,9 +67,9 @@ class Feed(hooks.Observer):
         optimizer steps) once one is: an eval loader on its own does not replace it."""
         if self.loader is None or (self.loader.loop is None and loader.loop is not None):
             self.loader = loader
-        return self._publishing(source)
+        return self._publishing(loader, source)
 
-    def _publishing(self, source: Iterator[Any]) -> Iterator[Any]:
+    def _publishing(self, loader: TunedLoader, source: Iterator[Any]) -> Iterator[Any]:
         clock = self.clock
         try:
             for batch in source:
@@ -79,6 +80,8 @@ class Feed(hooks.Observer):
             close = getattr(source, "close", None)
             if close is not None:
                 close()
+            if loader is self.loader:
+                self.publish()
 
     def publish(self) -> None:
         """Write the counters now (atomically: the watcher never reads half a file)."""

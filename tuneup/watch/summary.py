@@ -72,7 +72,10 @@ def build(samples: Sequence[Sample], final: Sequence[RuntimeSample], *,
           duration_s: float, interval_s: float, notes: Sequence[str], script: str
           ) -> dict[str, Any]:
     """The summary; ``final`` = the feed's last counters (read after the job ended), which
-    cover the whole run; the verdict has none (``null``) when no sample was taken."""
+    cover the whole run — or, when they are gone, the last ones a sample saw; the verdict
+    has none (``null``) when no sample was taken."""
+    if not final:
+        final = next((s.runtime for s in reversed(samples) if s.runtime), ())
     window = training_window(samples)
     figures = reduce(window, runtime=((), final)) if window else None
     verdict = decide(figures, script) if figures is not None else None
