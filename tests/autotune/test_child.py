@@ -228,10 +228,18 @@ def test_the_plain_form_reports_why_micro_batching_cannot_apply(tmp_path):
 
 
 def test_a_child_whose_parent_is_gone_exits_at_once(tmp_path):
-    """The plan names the parent; a child started under another one never runs a trial."""
+    """The plan names the parent: a child under another process, neither its parent nor an
+    ancestor (torchrun's agent stands between them), never runs a trial."""
     trials = [{"id": "baseline", "knobs": {}}]
-    process, events = run_child(tmp_path, trials, PLAN_PARENT_PID="1")
+    stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        process, events = run_child(tmp_path, trials, PLAN_PARENT_PID=str(stranger.pid))
+    finally:
+        stranger.kill()
+        stranger.wait()
     assert process.returncode == 3 and events == []
+    process, events = run_child(tmp_path, trials, name="ancestor", PLAN_PARENT_PID=str(os.getpid()))
+    assert process.returncode == 0 and ends(events)["baseline"]["status"] == "ok"
 
 
 def test_a_bad_plan_exits_2(tmp_path):

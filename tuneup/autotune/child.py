@@ -33,7 +33,7 @@ import torch
 
 from tuneup.autotune import protocol
 from tuneup.machine import probe
-from tuneup.runtime import apply, hooks
+from tuneup.runtime import apply, distributed, hooks
 from tuneup.settings import AMP_DTYPES, Knobs
 
 if TYPE_CHECKING:
@@ -62,13 +62,36 @@ def read_plan(path: Path) -> protocol.Plan:
 
 def _die_with_parent(parent_pid: int | None) -> None:
     """Never outlive ``tuneup autotune``: a parent-death signal (Linux), and a check now in
-    case the parent is already gone; :meth:`TrialSession._step_done` checks again."""
+    case the parent is already gone; :meth:`TrialSession._step_done` checks again. Under
+    torchrun the direct parent is its agent and ``tuneup autotune`` an ancestor."""
     if parent_pid is None:
         return
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    if os.getppid() != parent_pid:
+    if os.getppid() != parent_pid and not _descends_from(parent_pid):
         os._exit(protocol.EXIT_TRIAL_FAILED)
+
+
+def _descends_from(pid: int) -> bool:
+    try:
+        return any(parent.pid == pid for parent in psutil.Process().parents())
+    except psutil.Error:
+        return False
+
+
+def _parent_gone(parent_pid: int, direct_parent: int) -> bool:
+    """The direct parent changed (it died), or ``tuneup autotune`` above it is gone."""
+    if os.getppid() != direct_parent:
+        return True
+    if direct_parent == parent_pid:
+        return False
+    try:
+        os.kill(parent_pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        pass
+    return False
 
 
 class TrialSession(hooks.Observer):
@@ -76,8 +99,11 @@ class TrialSession(hooks.Observer):
 
     def __init__(self, plan: protocol.Plan) -> None:
         self.plan = plan
+        self.rank = protocol.rank_of(os.environ)
+        self.direct_parent = os.getppid()
         try:
-            self.out = open(plan.results, "a", encoding="utf-8")  # noqa: SIM115 (process-long)
+            self.out = open(protocol.for_rank(plan.results, self.rank), "a",  # noqa: SIM115
+                            encoding="utf-8")  # process-long
         except OSError as exc:
             print(f"tuneup: cannot write probe results: {apply.one_line(exc)}", file=sys.stderr,
                   flush=True)
@@ -96,6 +122,8 @@ class TrialSession(hooks.Observer):
         self.discontinuity = True  # the next step spans something that is not training
         self.index = 0
         self.compiled: Knobs | None = None  # the knobs dynamo's cache holds graphs for
+        self.window_steps: int | None = None  # ranks in lockstep: the measured steps, agreed
+        self.step_ended = time.perf_counter()
         self.generation = 0  # bumped whenever the batch source must be reopened
         self.process_steps = 0
         self.reference: dict[str, Any] = {}
@@ -225,7 +253,9 @@ class TrialSession(hooks.Observer):
             "device": loop.device.type, "effective_batch": loader.dataloader.batch_size,
             "dataset_size": _length(loader.dataset), "amp_dtypes": dtypes,
             "compile_available": _compile_available(loop.device),
-            "cpu_threads": self.defaults.cpu_threads, "usable_cores": _usable_cores(),
+            "cpu_threads": self.defaults.cpu_threads,
+            "usable_cores": max(1, _usable_cores() // distributed.local_world_size()),
+            "ranks": _world_size(),
             "fixed_knobs": sorted(loader.fixed_reasons),
             "fixed_reasons": reasons,
             "shuffles": loader.shuffles,
@@ -234,7 +264,7 @@ class TrialSession(hooks.Observer):
     def _load_reference(self) -> None:
         """The state every trial starts from and the batches check losses are computed on,
         shared by every process of one autotune run through two files, loaded weights-only."""
-        state_path, batches_path = self.plan.reference_paths
+        state_path, batches_path = self.plan.reference_paths(self.rank)
         if not state_path.exists():
             loop = self.loop
             batches = []
@@ -288,6 +318,7 @@ class TrialSession(hooks.Observer):
         self.step_loss = 0.0
         self.steps = 0
         self.warmup_s: float | None = None
+        self.measured_steps = 0
         self.step_times: list[float] = []
         self.step_waits: list[float] = []
         self.step_samples: list[int] = []
@@ -297,8 +328,10 @@ class TrialSession(hooks.Observer):
 
     def _step_done(self, wait: float, samples: int) -> None:
         now = time.perf_counter()
+        step_s, self.step_ended = now - self.step_ended, now
         self.steps += 1
-        if self.plan.parent_pid is not None and os.getppid() != self.plan.parent_pid:
+        if self.plan.parent_pid is not None and _parent_gone(self.plan.parent_pid,
+                                                             self.direct_parent):
             self.exit_reason = "parent-died"
             self._exit(protocol.EXIT_TRIAL_FAILED)
         if self.loop.device.type == "cpu":
@@ -308,25 +341,47 @@ class TrialSession(hooks.Observer):
                 self.warmup_s = now - self.trial_started
             if self.steps >= self.plan.warmup_steps:
                 self.phase = "measure"
+                if self.window_steps is None and _world_size() > 1:
+                    self.window_steps = self._agreed_window(step_s)
                 self.last = self._synchronized_time()
         elif self.phase == "measure":
+            self.measured_steps += 1
             if not self.discontinuity:
                 self.step_times.append(now - self.last)
                 self.step_waits.append(wait)
                 self.step_samples.append(samples)
             self.last = now
             if self._measured_enough():
-                self.step_times[-1] += self._synchronized_time() - now
+                if self.step_times:
+                    self.step_times[-1] += self._synchronized_time() - now
                 self._finish_measure()
         elif len(self.check_losses) >= self.plan.check_steps:
             self._end_trial()
         self.discontinuity = False
 
     def _measured_enough(self) -> bool:
+        if self.window_steps is not None:  # ranks switch knobs at the same step, or hang
+            return self.measured_steps >= self.window_steps
         count = len(self.step_times)
         return count >= self.plan.measure_steps and (
             sum(self.step_times) >= self.plan.min_measure_seconds
             or count >= self.plan.max_measure_steps)
+
+    def _agreed_window(self, step_s: float) -> int:
+        """The measured steps of every trial in this process, the same on every rank (a
+        rank that ends its window early would switch knobs, or start its loss check, while
+        the others still train): rank 0 sizes it from its last warm-up step, as a single
+        process sizes its window by time, and broadcasts it."""
+        import torch.distributed as dist
+
+        plan = self.plan
+        wanted = math.ceil(plan.min_measure_seconds / max(step_s, 1e-6))
+        steps = min(max(wanted, plan.measure_steps), plan.max_measure_steps)
+        device = (torch.device("cuda", torch.cuda.current_device())
+                  if dist.get_backend() == "nccl" else torch.device("cpu"))
+        agreed = torch.tensor([steps], dtype=torch.int64, device=device)
+        dist.broadcast(agreed, src=0)
+        return int(agreed.item())
 
     def _synchronized_time(self) -> float:
         if self.loop.device.type == "cuda":
@@ -446,6 +501,13 @@ def _length(dataset: Any) -> int | None:
         return len(dataset)
     except TypeError:
         return None
+
+
+def _world_size() -> int:
+    """Ranks training together (1 without an initialised process group)."""
+    import torch.distributed as dist
+
+    return dist.get_world_size() if distributed.initialised() else 1
 
 
 def _usable_cores() -> int:

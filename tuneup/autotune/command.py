@@ -85,15 +85,19 @@ def parse_memory(text: str | None) -> int | None:
 @click.option("--only", help=f"Tune only these groups: {','.join(GROUPS)}.")
 @click.option("--skip", help="Tune all groups but these.")
 @click.option("--max-memory", help="Memory cap for the trials, e.g. 8GiB (host RSS; GPU peak).")
+@click.option("--nproc-per-node", type=int, default=1, show_default=True,
+              help="Run every trial under torchrun with this many local ranks (a DDP script); "
+                   "speed is the job's, at the slowest rank's pace. See docs/distributed.md.")
 @click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text",
               show_default=True)
 def autotune(script: Path, script_args: tuple[str, ...], budget: float, output: Path | None,
              expected_steps: int, only: str | None, skip: str | None, max_memory: str | None,
-             output_format: str) -> None:
+             nproc_per_node: int, output_format: str) -> None:
     """Probe SCRIPT (which uses tuned_loader / tuned_loop) and write its fastest settings.
 
     \b
     tuneup autotune train.py --budget 300 -- --batch-size 256
+    tuneup autotune --nproc-per-node 4 train_ddp.py -- --epochs 1
     Arguments after -- go to the script. See docs/autotune.md.
     """
     if not script.is_file():
@@ -103,6 +107,8 @@ def autotune(script: Path, script_args: tuple[str, ...], budget: float, output: 
     if expected_steps < 1:
         raise UsageError(f"--expected-steps must be a positive number of steps "
                          f"(got {expected_steps})")
+    if nproc_per_node < 1:
+        raise UsageError(f"--nproc-per-node must be at least 1 (got {nproc_per_node})")
     options = Options(groups=parse_groups(only, skip), expected_steps=expected_steps,
                       max_memory_bytes=parse_memory(max_memory))
     output = output or default_path(script)
@@ -110,7 +116,8 @@ def autotune(script: Path, script_args: tuple[str, ...], budget: float, output: 
         raise UsageError(f"cannot write settings into {output.parent} (choose another --output)")
     try:
         with stop_signals_interrupt():
-            result = tune(script, list(script_args), options, budget, output, output_format)
+            result = tune(script, list(script_args), options, budget, output, output_format,
+                          nproc_per_node)
     except KeyboardInterrupt:
         raise Interrupted(f"interrupted; {output} left as it was", signal.SIGINT) from None
     except Interrupted as exc:
@@ -145,14 +152,15 @@ def writable_dir(folder: Path) -> bool:
 
 
 def tune(script: Path, script_args: list[str], options: Options, budget: float, output: Path,
-         output_format: str) -> dict[str, Any]:
+         output_format: str, nproc_per_node: int = 1) -> dict[str, Any]:
     """Run the search, write the settings, show the result; returns the JSON summary (with an
     ``error`` when the settings could not be written: the result is never lost)."""
     busy = busy_note()
     started = time.monotonic()
     err = Console(stderr=True)
     with Runner(script, script_args, deadline=started + budget,
-                max_memory_bytes=options.max_memory_bytes) as runner:
+                max_memory_bytes=options.max_memory_bytes,
+                nproc_per_node=nproc_per_node) as runner:
         quiet = output_format == "json" and not err.is_terminal
         progress = Progress(err, runner.time_left, quiet=quiet)
         search = Search(runner, options, on_best=progress.best, on_stage=progress.stage)
@@ -164,10 +172,16 @@ def tune(script: Path, script_args: list[str], options: Options, budget: float, 
     elapsed = time.monotonic() - started
     if busy:
         outcome.notes.append(busy)
+    if nproc_per_node > 1:
+        outcome.notes.append(
+            f"tuned under torchrun with {nproc_per_node} local ranks: samples/s are the job's "
+            "at the slowest rank's pace; worker and thread counts are per rank, from its share "
+            f"of the cores; run with the same --nproc-per-node")
     written, error = write_settings(settings_for(outcome, script), output)
     if output_format == "text":
         print_table(Console(), outcome, written, elapsed)
     result = to_json(outcome, script, written, elapsed, budget)
+    result["nproc_per_node"] = nproc_per_node
     if error:
         result["error"] = error
     return result

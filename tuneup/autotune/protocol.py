@@ -8,12 +8,14 @@ details and every field are in docs/probe-protocol.md.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 PROTOCOL = 1
 ENV_PROBE = "TUNEUP_PROBE"  # the plan's path, set for the child
+ENV_RANK = "RANK"  # set by torchrun: which rank of a multi-process trial this child is
 OBSERVER = "tuneup.autotune.child:install"  # named in TUNEUP_OBSERVERS for the child
 
 # Exit codes of the child process.
@@ -44,10 +46,11 @@ class Plan:
     reference: Path | None = None  # prefix of the reference files; default beside results
     parent_pid: int | None = None  # the child ends when its parent is gone
 
-    @property
-    def reference_paths(self) -> tuple[Path, Path]:
-        """(state file, check-batches file) shared by every process of one run."""
+    def reference_paths(self, rank: int = 0) -> tuple[Path, Path]:
+        """(state file, check-batches file) shared by every process of one run; each rank
+        of a torchrun trial has its own (its share of the data)."""
         base = self.reference or self.results.with_name(self.results.name + ".reference.pt")
+        base = for_rank(base, rank)
         return base, base.with_name(base.name + ".batches")
 
     def to_json(self) -> str:
@@ -57,6 +60,20 @@ class Plan:
         if self.reference is not None:
             data["reference"] = str(self.reference)
         return json.dumps(data, indent=1)
+
+
+def for_rank(path: Path, rank: int) -> Path:
+    """The file of ``rank`` in a trial under torchrun: rank 0's is ``path`` itself, so a
+    single-process trial writes where it always did; rank R's is ``path.rankR``."""
+    return path if rank == 0 else path.with_name(f"{path.name}.rank{rank}")
+
+
+def rank_of(environ: Mapping[str, str]) -> int:
+    """This process's rank as torchrun set it (0 outside torchrun or when unreadable)."""
+    try:
+        return max(0, int(environ.get(ENV_RANK, "0")))
+    except ValueError:
+        return 0
 
 
 WINDOW_KEYS = ("warmup_steps", "measure_steps", "min_measure_seconds", "max_measure_steps",

@@ -1,9 +1,10 @@
 """Process isolation for the probe protocol (docs/probe-protocol.md), parent side.
 
-The script runs as ``sys.executable SCRIPT ARGS`` in its own process group with
-``TUNEUP_PROBE`` pointing at a plan; results come back as JSON lines in a file. A trial
-that crashes, hangs, runs out of memory or errors is recorded with its cause and the
-remaining trials go on in a fresh process.
+The script runs as ``sys.executable SCRIPT ARGS`` (or, with ``nproc_per_node`` > 1, under
+``python -m torch.distributed.run`` with that many local ranks) in its own process group
+with ``TUNEUP_PROBE`` pointing at a plan; results come back as JSON lines in a file per
+rank. A trial that crashes, hangs, runs out of memory or errors — on any rank — is recorded
+once with its cause and the remaining trials go on in a fresh process.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Any
 
 from tuneup.autotune import protocol
 from tuneup.autotune.protocol import BUDGET, CRASH, ERROR, HANG, NONFINITE, OOM, SKIPPED
+from tuneup.autotune.ranks import RankEvents, died_silently
 from tuneup.autotune.space import ScriptFacts
 from tuneup.autotune.trials import Trial, TrialResult
 from tuneup.errors import ScriptError
@@ -37,20 +39,17 @@ STDERR_TAIL_LINES = 12
 
 
 @dataclass
-class _Process:
-    """One child process and the files it writes."""
+class _EventFile:
+    """One results file, read as it grows."""
 
-    popen: subprocess.Popen[bytes]
-    results: Path
-    stderr: Path
-    started: float
+    path: Path
     offset: int = 0
     buffer: str = ""
 
     def new_events(self) -> list[dict[str, Any]]:
         """Complete JSON lines appended since the last call (a partial last line waits)."""
         try:
-            with self.results.open("rb") as handle:
+            with self.path.open("rb") as handle:
                 handle.seek(self.offset)
                 chunk = handle.read()
         except FileNotFoundError:
@@ -68,18 +67,40 @@ class _Process:
                 events.append(event)
         return events
 
+
+@dataclass
+class _Process:
+    """One child process (or torchrun with its ranks) and the files it writes."""
+
+    popen: subprocess.Popen[bytes]
+    files: list[_EventFile]  # one per rank
+    stderr: Path
+    started: float
+
+    def __post_init__(self) -> None:
+        self.ranks = RankEvents(len(self.files)) if len(self.files) > 1 else None
+
+    def new_events(self) -> list[dict[str, Any]]:
+        """The events written since the last call, as one process would have written them."""
+        if self.ranks is None:
+            return self.files[0].new_events()
+        return [merged for rank, events in enumerate(f.new_events() for f in self.files)
+                for event in events for merged in self.ranks.add(rank, event)]
+
     def kill(self) -> None:
         """Kill the script and every descendant: its process group, and the members of its
         tree that started a session of their own (found before anything is killed)."""
         kill_tree(self.popen.pid)
         self.popen.wait()
 
-    def stderr_tail(self, lines: int = STDERR_TAIL_LINES) -> str:
+    def stderr_text(self) -> str:
         try:
-            text = self.stderr.read_text(encoding="utf-8", errors="replace")
+            return self.stderr.read_text(encoding="utf-8", errors="replace")
         except OSError:
             return ""
-        return "\n".join(line for line in text.strip().splitlines()[-lines:])
+
+    def stderr_tail(self, lines: int = STDERR_TAIL_LINES) -> str:
+        return "\n".join(line for line in self.stderr_text().strip().splitlines()[-lines:])
 
     def exit_description(self) -> str:
         code = self.popen.returncode
@@ -154,6 +175,7 @@ class Runner:
         timeout: float | Callable[[Trial], float] = 120.0,
         startup_timeout: float = 180.0,
         max_memory_bytes: int | None = None,
+        nproc_per_node: int = 1,
         plan: dict[str, Any] | None = None,
         on_trial_start: Callable[[Trial], None] | None = None,
         on_trial_end: Callable[[TrialResult], None] | None = None,
@@ -164,6 +186,7 @@ class Runner:
         self.timeout = timeout
         self.startup_timeout = startup_timeout
         self.max_memory_bytes = max_memory_bytes
+        self.nproc_per_node = nproc_per_node
         self.window = {**protocol.WINDOW_DEFAULTS, **(plan or {})}
         self.on_trial_start = on_trial_start
         self.on_trial_end = on_trial_end
@@ -232,7 +255,10 @@ class Runner:
                              reference=self._workdir / "reference.pt", parent_pid=os.getpid(),
                              **self.window)
         plan_path.write_text(plan.to_json(), encoding="utf-8")
-        results.touch()
+        files = [_EventFile(protocol.for_rank(results, rank))
+                 for rank in range(self.nproc_per_node)]
+        for file in files:
+            file.path.touch()
         stderr = self._workdir / f"stderr-{n}.txt"
         scratch = self._workdir / "tmp"  # the child's TMPDIR: removed with the work directory
         scratch.mkdir(exist_ok=True)
@@ -241,11 +267,18 @@ class Runner:
                "TMP": str(scratch)}
         with stderr.open("wb") as err:
             popen = subprocess.Popen(
-                [sys.executable, str(self.script), *self.args],
+                [*self._launcher(), str(self.script), *self.args],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
                 env=env, start_new_session=True,
             )
-        return _Process(popen, results, stderr, time.monotonic())
+        return _Process(popen, files, stderr, time.monotonic())
+
+    def _launcher(self) -> list[str]:
+        """The interpreter, or torchrun with the local ranks on a free port of this host."""
+        if self.nproc_per_node == 1:
+            return [sys.executable]
+        return [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                f"--nproc-per-node={self.nproc_per_node}"]
 
     def _retry_fresh(self, result: TrialResult, before: list[TrialResult]) -> bool:
         """Whether a failure may be the earlier trial's doing: it came right after a change
@@ -327,6 +360,7 @@ class Runner:
                 crash = self._crash(current, process, exit_message)
                 if not self._retry_fresh(crash, finished):
                     finished.append(crash)
+            self._name_first_failure(finished, process)
             return finished, False
         finally:
             process.kill()
@@ -354,6 +388,21 @@ class Runner:
                 return TrialResult(due, OOM, message=f"host memory {used / 2**30:.2f} GiB above "
                                                      f"--max-memory {cap:.2f} GiB")
         return None
+
+    def _name_first_failure(self, finished: list[TrialResult], process: _Process) -> None:
+        """Under torchrun one rank's failure fails the others (a peer gone, a SIGTERM from
+        the agent): when a rank died without a word (a signal, an exit outside Python), the
+        record names it and how."""
+        last = finished[-1] if finished else None
+        if process.ranks is None or last is None or last.status not in (ERROR, CRASH,
+                                                                         NONFINITE, OOM):
+            return
+        cause = died_silently(process.stderr_text(), process.ranks.failed)
+        if cause is None:
+            return
+        rank, how = cause
+        last.message = (f"rank {rank} died ({how})" if last.status == CRASH
+                        else f"rank {rank} failed first ({how}); {last.message}")
 
     def _crash(self, trial: Trial, process: _Process, reason: str = "") -> TrialResult:
         tail = reason or last_line(process.stderr_tail())
