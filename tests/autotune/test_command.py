@@ -25,6 +25,7 @@ def invoke(*args: str):
     (["{script}", "--expected-steps", "0"], "--expected-steps must be a positive"),
     (["{script}", "--steps", "3"], "pass the script's own arguments after --"),
     (["{script}", "--budget", "nan"], "--budget must be at least 10 seconds"),
+    (["{script}", "--nproc-per-node", "0"], "--nproc-per-node must be at least 1"),
     (["{script}", "--output", "{script}/x.json"], "cannot write settings into"),
 ])
 def test_bad_arguments_one_line_exit_2(fake_script, args, message):

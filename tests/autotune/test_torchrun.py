@@ -4,16 +4,19 @@ rank with one record naming it, leaving no process and no file behind."""
 
 from __future__ import annotations
 
+import json
 import textwrap
 from pathlib import Path
 
 import psutil
 import pytest
+from click.testing import CliRunner
 
 from tuneup.autotune.protocol import ERROR, HANG, OK
 from tuneup.autotune.runner import Runner
 from tuneup.autotune.trials import Trial
-from tuneup.settings import Knobs
+from tuneup.cli import main
+from tuneup.settings import Knobs, read
 
 pytestmark = pytest.mark.slow
 
@@ -88,3 +91,19 @@ def test_a_failing_rank_ends_the_trial_on_all_ranks_with_one_record(tmp_path, fa
                                                                       says):
     _, (result,) = run(tmp_path, fault, 3, [Trial("baseline", Knobs())], timeout=6.0)
     assert result.status == status and result.message.startswith(says), result.message
+
+
+def test_the_command_tunes_a_ddp_script_and_writes_one_settings_file(tmp_path):
+    script = tmp_path / "train_ddp.py"
+    script.write_text(DDP_SCRIPT)
+    out = tmp_path / "ddp.tuneup.json"
+    result = CliRunner().invoke(main, [
+        "autotune", str(script), "--nproc-per-node", "2", "--budget", "45", "--only", "loader",
+        "--output", str(out), "--format", "json", "--", "none", "0"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.output[result.output.index("{"):])
+    assert summary["nproc_per_node"] == 2
+    assert any("torchrun with 2 local ranks" in note for note in summary["notes"])
+    settings = read(out)
+    assert settings.measured.effective_batch_size == 32 and settings.measured.baseline_samples_per_s > 0
+    assert sorted(tmp_path.iterdir()) == sorted([script, out])  # no rank's file left
