@@ -227,6 +227,15 @@ def test_the_plain_form_reports_why_micro_batching_cannot_apply(tmp_path):
     assert end["micro_batch_blocked"] == "the script computes its loss outside loop.train_step"
 
 
+def test_a_rank_left_in_the_environment_of_a_one_process_run_changes_nothing(tmp_path):
+    """``RANK`` from a batch system's job: the plan says one process, so rank 0's files."""
+    trials = [{"id": "baseline", "knobs": {}, "check": True}]
+    process, events = run_child(tmp_path, trials, RANK="3", WORLD_SIZE="4")
+    assert process.returncode == 0, process.stderr
+    assert ends(events)["baseline"]["status"] == "ok"
+    assert not list(tmp_path.glob("*.rank3*"))
+
+
 def test_a_child_whose_parent_is_gone_exits_at_once(tmp_path):
     """The plan names the parent: a child under another process, neither its parent nor an
     ancestor (torchrun's agent stands between them), never runs a trial."""

@@ -99,7 +99,7 @@ class TrialSession(hooks.Observer):
 
     def __init__(self, plan: protocol.Plan) -> None:
         self.plan = plan
-        self.rank = protocol.rank_of(os.environ)
+        self.rank = protocol.rank_of(os.environ) if plan.ranks > 1 else 0
         self.direct_parent = os.getppid()
         try:
             self.out = open(protocol.for_rank(plan.results, self.rank), "a",  # noqa: SIM115

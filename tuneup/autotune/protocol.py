@@ -45,6 +45,7 @@ class Plan:
     check_steps: int = 3
     reference: Path | None = None  # prefix of the reference files; default beside results
     parent_pid: int | None = None  # the child ends when its parent is gone
+    ranks: int = 1  # local ranks under torchrun; 1: one process, whatever RANK says
 
     def reference_paths(self, rank: int = 0) -> tuple[Path, Path]:
         """(state file, check-batches file) shared by every process of one run; each rank
@@ -56,7 +57,7 @@ class Plan:
     def to_json(self) -> str:
         data = {"protocol": PROTOCOL, "results": str(self.results), "trials": self.trials,
                 **{name: getattr(self, name) for name in WINDOW_KEYS},
-                "parent_pid": self.parent_pid}
+                "parent_pid": self.parent_pid, "ranks": self.ranks}
         if self.reference is not None:
             data["reference"] = str(self.reference)
         return json.dumps(data, indent=1)
@@ -94,7 +95,7 @@ def read_plan(path: Path) -> Plan:
         raise ValueError("'trials' must be a list of objects with a string 'id'")
     if not isinstance(data.get("results"), str):
         raise ValueError("'results' must be a path")
-    parent = data.get("parent_pid")
+    parent, ranks = data.get("parent_pid"), data.get("ranks", 1)
     return Plan(
         results=Path(data["results"]), trials=trials,
         warmup_steps=max(1, int(data.get("warmup_steps", WINDOW_DEFAULTS["warmup_steps"]))),
@@ -106,4 +107,5 @@ def read_plan(path: Path) -> Plan:
         check_steps=max(0, int(data.get("check_steps", WINDOW_DEFAULTS["check_steps"]))),
         reference=Path(data["reference"]) if data.get("reference") else None,
         parent_pid=int(parent) if isinstance(parent, int) and not isinstance(parent, bool) else None,
+        ranks=max(1, ranks) if isinstance(ranks, int) and not isinstance(ranks, bool) else 1,
     )

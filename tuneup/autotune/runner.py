@@ -253,6 +253,7 @@ class Runner:
         plan_path = self._workdir / f"plan-{n}.json"
         plan = protocol.Plan(results=results, trials=[t.plan_entry() for t in trials],
                              reference=self._workdir / "reference.pt", parent_pid=os.getpid(),
+                             ranks=self.nproc_per_node,
                              **self.window)
         plan_path.write_text(plan.to_json(), encoding="utf-8")
         files = [_EventFile(protocol.for_rank(results, rank))
