@@ -7,8 +7,9 @@ import tempfile
 from pathlib import Path
 
 
-def write_atomic(path: Path, text: str, *, durable: bool = True) -> None:
-    """``text`` into ``path`` through a temporary file beside it and a rename.
+def write_atomic(path: Path, data: str | bytes, *, durable: bool = True) -> None:
+    """``data`` (text, as UTF-8, or bytes) into ``path`` through a temporary file beside it
+    and a rename.
 
     The file gets the permissions of any new file (the umask decides; the temporary file's
     0600 is not kept). ``durable`` syncs it to disk before the rename, so a crash of the
@@ -18,8 +19,8 @@ def write_atomic(path: Path, text: str, *, durable: bool = True) -> None:
     fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         os.fchmod(fd, 0o666 & ~_umask())
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data.encode("utf-8") if isinstance(data, str) else data)
             if durable:
                 handle.flush()
                 os.fsync(handle.fileno())

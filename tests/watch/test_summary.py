@@ -10,7 +10,7 @@ from rich.console import Console
 from test_verdict import cpu_window
 
 from tuneup.watch import summary
-from tuneup.watch.samples import MAIN, ProcessSample
+from tuneup.watch.samples import MAIN, ProcessSample, StackCounts
 
 
 def test_start_up_and_tear_down_are_left_out_of_the_verdict():
@@ -81,3 +81,16 @@ def test_the_text_names_verdict_evidence_action_and_notes_without_trailing_blank
         assert f"\n  {label}" in text, text
     assert "\n           `tuneup autotune t.py --only loader`" in text  # wrapped in its column
     assert all(line == line.rstrip() for line in text.splitlines())
+
+
+def test_without_workers_the_stacks_that_saw_the_dataloader_mark_the_training():
+    training = [dataclasses.replace(s, stacks=StackCounts(40, 100)) for s in cpu_window(99.0, [])]
+    imports = dataclasses.replace(training[0], t=-1.0, stacks=StackCounts(0, 100))
+    tear_down = dataclasses.replace(training[-1], t=99.0, stacks=None)
+    samples = [imports, *training, tear_down]
+    assert summary.training_window(samples) == training
+    result = summary.build(samples, (), command=["python", "t.py"], pid=10, exit_status=0,
+                           duration_s=100.0, interval_s=1.0, notes=[], script="t.py")
+    assert result["verdict"]["kind"] == "input-bound"
+    assert result["verdict"]["evidence"]["loading_share"] == 0.4  # the imports left out
+    assert [p["loading_share"] for p in result["timeline"]] == [0.0, *[0.4] * 5, None]

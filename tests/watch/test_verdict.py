@@ -8,7 +8,8 @@ import dataclasses
 import pytest
 from watch_helpers import RECORDINGS, load, replay
 
-from tuneup.watch.samples import MAIN, WORKER, HostSample, ProcessSample, RuntimeSample, Sample
+from tuneup.watch.samples import (MAIN, WORKER, HostSample, ProcessSample, RuntimeSample,
+                                  Sample, StackCounts)
 from tuneup.watch.verdict import RULES, Figures, decide, reduce
 
 KINDS = {"input-bound", "host-bound", "copy-bound", "compute-bound", "throttled",
@@ -139,3 +140,34 @@ def test_a_job_that_runs_nothing_is_idle_unless_it_waits_for_storage():
 def test_figures_need_no_sample_to_exist():
     empty = reduce([])
     assert isinstance(empty, Figures) and empty.job_cpu is None and empty.gpus == 0
+
+
+# -- py-spy's stacks: no GPU, no feed, no workers ----------------------------------------
+def stacked(window: list[Sample], loading: int, total: int) -> list[Sample]:
+    """``window`` with py-spy's counts on every other sample (its windows outlast a tick)."""
+    return [dataclasses.replace(s, stacks=StackCounts(loading, total) if n % 2 else None)
+            for n, s in enumerate(window)]
+
+
+@pytest.mark.parametrize(("loading", "kind"), [(60, "input-bound"), (10, "input-bound"),
+                                               (9, "compute-bound"), (0, "compute-bound")])
+def test_without_gpu_feed_or_workers_the_stacks_split_loading_from_compute(loading, kind):
+    verdict = decide(reduce(stacked(cpu_window(99.0, []), loading, 100)))
+    assert verdict.kind == kind
+    assert verdict.evidence["basis"] == "py-spy stacks"
+    assert verdict.evidence["loading_share"] == pytest.approx(loading / 100)
+    assert "(py-spy stacks)" in verdict.reason
+
+
+def test_the_feed_and_the_workers_outrank_the_stacks():
+    fed = decide(reduce(stacked(cpu_window(98.0, [], wait_s=0.02), 90, 100)))
+    assert fed.kind == "compute-bound" and "basis" not in fed.evidence
+    with_workers = decide(reduce(stacked(cpu_window(99.0, [15.0]), 90, 100)))
+    assert with_workers.kind == "compute-bound" and "basis" not in with_workers.evidence
+
+
+def test_the_loading_share_is_over_all_the_windows_stacks():
+    window = stacked(cpu_window(99.0, []), 30, 100)
+    window[1] = dataclasses.replace(window[1], stacks=StackCounts(0, 300))
+    assert reduce(window).loading_share == pytest.approx(30 / 400)
+    assert reduce(cpu_window(99.0, [])).loading_share is None

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import math
 import os
@@ -21,7 +22,7 @@ from rich.console import Console
 
 from tuneup.errors import TuneupError, UsageError
 from tuneup.machine.probe import probe_cpu
-from tuneup.watch import control, daemon
+from tuneup.watch import control, daemon, plot
 from tuneup.watch import summary as summaries
 from tuneup.watch.host import Host
 from tuneup.watch.job import AttachedJob, Job, StartedJob
@@ -31,7 +32,9 @@ from tuneup.watch.recent import Recent
 from tuneup.watch.sampler import Sampler
 from tuneup.watch.samples import Sample
 from tuneup.watch.serve import Exporter, JobView
+from tuneup.watch.stacks import StackSampler, find_py_spy
 from tuneup.watch.state import StateDir
+from tuneup.watch.verdict import CPU_ONLY
 from tuneup.watch.view import LiveView, PlainView, block_height
 
 MIN_INTERVAL_S = 0.1
@@ -60,6 +63,9 @@ class WatchCommand(click.Command):
               help="Seconds between samples.")
 @click.option("--summary", "summary_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Write the end-of-job summary here as JSON.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="Draw utilisation and data wait over time here: PATH.png (needs "
+                   "tuneup[plot]) or PATH.html (self-contained).")
 @click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text",
               show_default=True, help="Lines per sample and the summary as text or JSON.")
 @click.option("--serve", metavar="HOST:PORT",
@@ -73,13 +79,13 @@ class WatchCommand(click.Command):
               help="With --daemon: the JSON-lines log, rotated by size "
                    "[default: STATE_DIR/watch.jsonl].")
 def watch(command: tuple[str, ...], pid: int | None, interval: float, summary_path: Path | None,
-          output_format: str, serve: str | None, as_daemon: bool, state_dir: Path | None,
-          log_path: Path | None) -> None:
+          plot_path: Path | None, output_format: str, serve: str | None, as_daemon: bool,
+          state_dir: Path | None, log_path: Path | None) -> None:
     """Run COMMAND (or watch --pid PID) and say why it trains at the speed it does.
 
     \b
     tuneup watch -- python train.py --epochs 3
-    tuneup watch --pid 12345 --summary watch.json
+    tuneup watch --pid 12345 --summary watch.json --plot watch.png
     tuneup watch --daemon [--serve 127.0.0.1:9400]   every training job on this machine
     tuneup watch status [--format json]              the daemon's jobs and verdicts
     tuneup watch stop
@@ -89,9 +95,9 @@ def watch(command: tuple[str, ...], pid: int | None, interval: float, summary_pa
     if not math.isfinite(interval) or interval < MIN_INTERVAL_S:
         raise UsageError(f"--interval must be at least {MIN_INTERVAL_S} seconds (got {interval:g})")
     if as_daemon:
-        if command or pid is not None or summary_path is not None:
+        if command or pid is not None or summary_path is not None or plot_path is not None:
             raise UsageError("--daemon watches every training job on this machine: "
-                             "give it no command, --pid or --summary")
+                             "give it no command, --pid, --summary or --plot")
         _start_daemon(StateDir(state_dir), interval, log_path, serve, output_format)
         return
     if state_dir is not None or log_path is not None:
@@ -101,6 +107,10 @@ def watch(command: tuple[str, ...], pid: int | None, interval: float, summary_pa
                          if command else "give a command to run (after --) or --pid PID")
     if summary_path is not None and not _writable_parent(summary_path):
         raise UsageError(f"cannot write the summary into {summary_path.parent}")
+    if plot_path is not None:
+        plot.check(plot_path)
+        if not _writable_parent(plot_path):
+            raise UsageError(f"cannot write the picture into {plot_path.parent}")
     stream = sys.stdout if pid is not None else sys.stderr
     with (Exporter(serve) if serve is not None else contextlib.nullcontext()) as exporter, \
             (tempfile.TemporaryDirectory(prefix="tuneup-watch-") if command
@@ -118,6 +128,12 @@ def watch(command: tuple[str, ...], pid: int | None, interval: float, summary_pa
             summaries.write(result, summary_path)
         except OSError as exc:
             raise TuneupError(f"cannot write {summary_path} ({exc.strerror or exc}); the "
+                              "summary is printed above") from None
+    if plot_path is not None:
+        try:
+            plot.write(result, plot_path)
+        except OSError as exc:
+            raise TuneupError(f"cannot write {plot_path} ({exc.strerror or exc}); the "
                               "summary is printed above") from None
     status = result["exit_status"]
     code = status if status is not None else (128 + stopped_by if stopped_by else 0)
@@ -173,7 +189,8 @@ def _watch(job: Job, interval: float, stream: Any, output_format: str,
         tree = ProcessTree(job.pid)
     except psutil.Error as exc:  # an attached process that ended meanwhile
         raise UsageError(f"cannot watch process {job.pid}: {exc}") from None
-    sampler = Sampler(tree, Host(probe_cpu().usable_cores), gpus, job.feed_directory)
+    stacks = StackSampler(find_py_spy())
+    sampler = Sampler(tree, Host(probe_cpu().usable_cores), gpus, job.feed_directory, stacks)
     if job.feed_directory is None:
         notes.append("no runtime feed: the job was not started by `tuneup watch -- ...` with "
                      "tuned_loader, so the data wait is not measured")
@@ -201,8 +218,16 @@ def _watch(job: Job, interval: float, stream: Any, output_format: str,
     finally:
         if gpus is not None:
             gpus.close()
+        tail = stacks.close()
+    if tail is not None and samples:  # the stacks of the job's last seconds join the last sample
+        before = samples[-1].stacks
+        samples[-1] = dataclasses.replace(samples[-1], stacks=tail + before if before else tail)
     result = summaries.build(
         samples, sampler.runtime(), command=job.command, pid=job.pid,
         exit_status=job.exit_status(), duration_s=time.monotonic() - started,
         interval_s=interval, notes=notes, script=recent.script)
+    verdict = result["verdict"]
+    if stacks.note and verdict is not None and verdict["evidence"].get("basis") == CPU_ONLY:
+        # said only when it mattered: py-spy also runs before a feed, a GPU or workers appear
+        result["notes"].append(stacks.note)
     return result, stopped_by

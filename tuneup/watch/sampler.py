@@ -1,17 +1,18 @@
-"""One :class:`Sample` per tick, from the job's process tree, the machine, NVML and the
-runtime's feed."""
+"""One :class:`Sample` per tick, from the job's process tree, the machine, NVML, the
+runtime's feed and, when nothing else can tell loading from compute, the job's stacks."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from tuneup.watch import feed
 from tuneup.watch.host import Host
 from tuneup.watch.nvml import GpuReader
 from tuneup.watch.procs import ProcessTree
-from tuneup.watch.samples import RuntimeSample, Sample
+from tuneup.watch.samples import MAIN, WORKER, GpuSample, ProcessSample, RuntimeSample, Sample
+from tuneup.watch.stacks import StackSampler
 
 
 class Sampler:
@@ -19,12 +20,13 @@ class Sampler:
     empty figures, never an error."""
 
     def __init__(self, tree: ProcessTree, host: Host, gpus: GpuReader | None,
-                 feed_directory: Path | None,
+                 feed_directory: Path | None, stacks: StackSampler | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.tree = tree
         self.host = host
         self.gpus = gpus
         self.feed_directory = feed_directory
+        self.stacks = stacks
         self.clock = clock
         self.started = clock()
 
@@ -37,5 +39,17 @@ class Sampler:
         trainers = {record.pid for record in runtime}
         processes = self.tree.sample(trainers)
         gpus = self.gpus.read({p.pid for p in processes}) if self.gpus is not None else ()
+        stacks = (self.stacks.poll(stack_target(runtime, processes, gpus))
+                  if self.stacks is not None else None)
         return Sample(t=self.clock() - self.started, gpus=gpus, processes=processes,
-                      host=self.host.sample(), runtime=runtime)
+                      host=self.host.sample(), runtime=runtime, stacks=stacks)
+
+
+def stack_target(runtime: Sequence[RuntimeSample], processes: Sequence[ProcessSample],
+                 gpus: Sequence[GpuSample]) -> int | None:
+    """The process whose stacks are wanted: the busiest training process, but only when no
+    feed, no GPU memory of the job and no DataLoader workers can tell loading from compute."""
+    if runtime or any(g.job_memory for g in gpus) or any(p.role == WORKER for p in processes):
+        return None
+    mains = [p for p in processes if p.role == MAIN]
+    return max(mains, key=lambda p: p.cpu_percent or 0.0).pid if mains else None

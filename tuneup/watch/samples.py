@@ -77,6 +77,17 @@ class RuntimeSample:
 
 
 @dataclass(frozen=True)
+class StackCounts:
+    """py-spy's samples of the thread that iterates the DataLoader (:mod:`tuneup.watch.stacks`)."""
+
+    loading: int  # inside DataLoader frames
+    total: int  # all of that thread's samples, idle ones included: wall time
+
+    def __add__(self, other: StackCounts) -> StackCounts:
+        return StackCounts(self.loading + other.loading, self.total + other.total)
+
+
+@dataclass(frozen=True)
 class Sample:
     """Everything read at one tick."""
 
@@ -85,6 +96,7 @@ class Sample:
     processes: tuple[ProcessSample, ...]
     host: HostSample
     runtime: tuple[RuntimeSample, ...]  # one per training process that publishes a feed
+    stacks: StackCounts | None = None  # py-spy windows that ended since the sample before
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -36,12 +36,19 @@ def _has_workers(samples: Sequence[Sample], index: int) -> bool:
     return any(p.role == WORKER for p in samples[index].processes)
 
 
+def _loads(samples: Sequence[Sample], index: int) -> bool:
+    """py-spy saw the training thread in the DataLoader since the sample before."""
+    stacks = samples[index].stacks
+    return stacks is not None and stacks.loading > 0
+
+
 def training_window(samples: Sequence[Sample]) -> Sequence[Sample]:
     """The samples while the job trained, so that imports, dataset building and tear-down
     do not weigh in the verdict: from the first to the last sample in which the runtime
     made steps; without a feed, in which the job held GPU memory; without a GPU either,
-    in which DataLoader workers ran. All of them when nothing marks training."""
-    for marks in (_stepped, _holds_gpu, _has_workers):
+    in which DataLoader workers ran; without workers, in which py-spy saw the DataLoader.
+    All of them when nothing marks training."""
+    for marks in (_stepped, _holds_gpu, _has_workers, _loads):
         marked = [index for index in range(len(samples)) if marks(samples, index)]
         if marked:
             return samples[marked[0]:marked[-1] + 1]
@@ -49,7 +56,8 @@ def training_window(samples: Sequence[Sample]) -> Sequence[Sample]:
 
 
 def timeline(samples: Sequence[Sample]) -> list[dict[str, Any]]:
-    """Per sample: GPU utilisation, the job's CPU and the data wait since the sample before."""
+    """Per sample: GPU utilisation, the job's CPU, and the data wait (the feed) and the share
+    of stacks in the DataLoader (py-spy) since the sample before."""
     points = []
     previous: Sequence[RuntimeSample] = ()
     for sample in samples:
@@ -57,7 +65,8 @@ def timeline(samples: Sequence[Sample]) -> list[dict[str, Any]]:
         previous = sample.runtime
         points.append({"t": round(sample.t, 2), "gpu_utilization": figures.gpu_utilization,
                        "job_cpu_percent": rounded(figures.job_cpu),
-                       "data_wait_share": rounded(figures.data_wait_share, 3)})
+                       "data_wait_share": rounded(figures.data_wait_share, 3),
+                       "loading_share": rounded(figures.loading_share, 3)})
     return points
 
 

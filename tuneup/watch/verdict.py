@@ -16,7 +16,7 @@ from statistics import fmean
 from typing import Any
 
 from tuneup.runtime.telemetry import STALL_HINT
-from tuneup.watch.samples import MAIN, WORKER, RuntimeSample, Sample
+from tuneup.watch.samples import MAIN, WORKER, RuntimeSample, Sample, StackCounts
 
 GPU_BUSY = 90.0  # % of the time a kernel runs: the GPU itself is the limit
 GPU_WORKING = 50.0  # below this, low clocks are the GPU resting, not throttling
@@ -34,6 +34,8 @@ SWAP_BYTES_S = 1 << 20  # swapped in + out per second
 GPU_MEMORY_FULL = 0.95
 HOST_MEMORY_LOW = 0.05  # available share of RAM
 IOWAIT = 20.0  # % of CPU time waiting for storage
+CPU_ONLY = "process CPU only"  # the basis of a verdict that could not tell loading from compute
+STACKS = "py-spy stacks"  # ... that py-spy's samples of the training thread told apart
 POWER_THERMAL = frozenset({"SwPowerCap", "HwSlowdown", "SwThermalSlowdown",
                            "HwThermalSlowdown", "HwPowerBrakeSlowdown"})
 
@@ -79,6 +81,7 @@ class Figures:
     copy_share: float | None
     samples_per_s: float | None
     runtime: RuntimeSample | None  # the latest feed record (its loader knobs)
+    loading_share: float | None = None  # py-spy: the training thread's samples in DataLoader code
 
 
 def _mean(values: Sequence[float | None]) -> float | None:
@@ -125,6 +128,7 @@ def reduce(window: Sequence[Sample],
     steps, elapsed, wait, copy, rate = _runtime_totals(start, end)
     fed = bool(end)
     host = [s.host for s in window]
+    stacks = sum((s.stacks for s in window if s.stacks is not None), StackCounts(0, 0))
     return Figures(
         seconds=window[-1].t - window[0].t if window else 0.0,
         gpus=len({g.index for g in readings}),
@@ -152,6 +156,7 @@ def reduce(window: Sequence[Sample],
         copy_share=min(1.0, copy / elapsed) if fed and elapsed > 0 else None,
         samples_per_s=rate if fed and elapsed > 0 else None,
         runtime=end[0] if end else None,
+        loading_share=stacks.loading / stacks.total if stacks.total else None,
     )
 
 
@@ -285,12 +290,20 @@ def _workers_lead(f: Figures) -> bool:
 
 
 def input_bound(f: Figures, script: str) -> Verdict | None:
-    """The loop waits for data: measured by the runtime, or seen as workers that lead the
-    training process (or storage the CPUs wait for) while the GPU is not busy."""
+    """The loop waits for data: measured by the runtime (or seen in the training thread's
+    stacks), or seen as workers that lead the training process (or storage the CPUs wait
+    for) while the GPU is not busy."""
+    evidence: dict[str, Any] = {}
     if f.data_wait_share is not None:
         if f.data_wait_share < STALL:
             return None
         reason = f"the loop waits for data {f.data_wait_share:.0%} of the time"
+    elif f.loading_share is not None and not f.workers:
+        if f.loading_share < STALL:
+            return None
+        reason = (f"the training thread is in the DataLoader {f.loading_share:.0%} of the time "
+                  f"({STACKS})")
+        evidence = {"loading_share": rounded(f.loading_share, 3), "basis": STACKS}
     elif _workers_lead(f):
         reason = (f"{f.workers} DataLoader workers at {f.worker_cpu:.0f} % of a core each, "
                   f"the main process at {f.main_cpu or 0.0:.0f} %: it waits for them")
@@ -303,7 +316,7 @@ def input_bound(f: Figures, script: str) -> Verdict | None:
                     "worker_cpu_percent": rounded(f.worker_cpu),
                     "main_cpu_percent": rounded(f.main_cpu), "iowait_percent": rounded(f.iowait),
                     "usable_cores": f.usable_cores, "gpu_utilization": rounded(f.gpu_utilization),
-                    "samples_per_s": rounded(f.samples_per_s)},
+                    "samples_per_s": rounded(f.samples_per_s), **evidence},
                    f"more DataLoader workers and prefetching{_loader_knobs(f)}: "
                    f"`tuneup autotune {script} --only loader`")
 
@@ -330,7 +343,8 @@ def host_bound(f: Figures, script: str) -> Verdict | None:
 
 
 def compute_bound_cpu(f: Figures, script: str) -> Verdict | None:
-    """No GPU: the loop waits little for data (runtime feed), or its workers keep up."""
+    """No GPU: the loop waits little for data (runtime feed, or the training thread's stacks),
+    or its workers keep up; with none of these, its CPU alone is all there is."""
     evidence: dict[str, Any] = {
         "data_wait_share": rounded(f.data_wait_share, 3), "main_cpu_percent": rounded(f.main_cpu),
         "workers": f.workers, "worker_cpu_percent": rounded(f.worker_cpu),
@@ -340,10 +354,14 @@ def compute_bound_cpu(f: Figures, script: str) -> Verdict | None:
     elif f.workers:
         reason = (f"{f.workers} DataLoader workers keep up ({f.worker_cpu or 0.0:.0f} % of a "
                   f"core each) while the main process computes at {f.main_cpu or 0.0:.0f} %")
+    elif f.loading_share is not None:
+        reason = (f"the training thread is in the DataLoader only {f.loading_share:.0%} of the "
+                  f"time ({STACKS})")
+        evidence.update(loading_share=rounded(f.loading_share, 3), basis=STACKS)
     else:
         reason = (f"the main process computes at {f.main_cpu or 0.0:.0f} % of a core; with no "
                   "DataLoader workers and no runtime feed, loading cannot be told from compute")
-        evidence["basis"] = "process CPU only"
+        evidence["basis"] = CPU_ONLY
     return Verdict("compute-bound", reason, evidence,
                    "nothing to gain from the input side; faster compute: "
                    f"`tuneup autotune {script} --only threads,amp,compile`")

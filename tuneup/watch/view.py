@@ -89,6 +89,10 @@ def status_lines(sample: Sample, figures: Figures | None, verdict: Verdict | Non
 
 
 def loop_line(figures: Figures | None) -> str:
+    if (figures is not None and figures.data_wait_share is None
+            and figures.loading_share is not None):
+        return (f"loop in the DataLoader {_share(figures.loading_share)} of the time "
+                "(py-spy stacks; no runtime feed)")
     if figures is None or figures.data_wait_share is None:
         return "loop no runtime feed (the script does not use tuned_loader, or has not started)"
     text = (f"loop data wait {_share(figures.data_wait_share)} · copies "
@@ -105,6 +109,8 @@ def plain_line(sample: Sample, figures: Figures | None, verdict: Verdict | None)
     if figures is not None and figures.data_wait_share is not None:
         parts.append(f"data wait {_share(figures.data_wait_share)}, "
                      f"{figures.samples_per_s or 0:.0f} samples/s")
+    elif figures is not None and figures.loading_share is not None:
+        parts.append(f"in DataLoader {_share(figures.loading_share)} (py-spy)")
     parts.append(_kind(verdict))
     return " | ".join(parts)
 
