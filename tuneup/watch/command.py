@@ -123,18 +123,14 @@ def watch(command: tuple[str, ...], pid: int | None, interval: float, summary_pa
         stream.write(json.dumps(result, indent=2) + "\n")
     else:
         summaries.print_text(Console(file=stream, highlight=False), result)
-    if summary_path is not None:
+    for path, write in ((summary_path, summaries.write), (plot_path, plot.write)):
+        if path is None:
+            continue
         try:
-            summaries.write(result, summary_path)
+            write(result, path)
         except OSError as exc:
-            raise TuneupError(f"cannot write {summary_path} ({exc.strerror or exc}); the "
-                              "summary is printed above") from None
-    if plot_path is not None:
-        try:
-            plot.write(result, plot_path)
-        except OSError as exc:
-            raise TuneupError(f"cannot write {plot_path} ({exc.strerror or exc}); the "
-                              "summary is printed above") from None
+            raise TuneupError(f"cannot write {path} ({exc.strerror or exc}); the summary is "
+                              "printed above") from None
     status = result["exit_status"]
     code = status if status is not None else (128 + stopped_by if stopped_by else 0)
     click.get_current_context().exit(code)
