@@ -46,7 +46,7 @@ MESSAGES = (
              "NCCL failed on a system call (shared memory, network, or peer access)"),
     _message("nccl-graph-capture", r"NCCL cannot be captured in a graph",
              "the loaded NCCL was built with a CUDA runtime too old for CUDA graphs"),
-    _message("nccl-undefined-symbol", r"undefined symbol: nccl\w+",
+    _message("nccl-undefined-symbol", r"undefined symbol:?\s*nccl\w+",
              "a libnccl older than the one torch was built against was loaded"),
     _message("hip-invalid-device-function",
              r"invalid device function|hipErrorInvalidDeviceFunction|HIP error: invalid device",

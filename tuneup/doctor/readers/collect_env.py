@@ -74,12 +74,12 @@ def _vendor(name: str) -> str | None:
 
 def _gpus(raw: RawReport, rocm: bool) -> list[GPU] | None:
     value = raw.fields.get("gpus")
-    if value is None:
+    if value is None and not raw.loose_gpu_lines:
         return None
-    if value.strip().lower() == "no cuda":
+    if value is not None and value.strip().lower() == "no cuda":
         return []
     gpus = []
-    for line in raw.gpu_lines:
+    for line in raw.gpu_lines if value is not None else raw.loose_gpu_lines:
         if not known(line):
             continue
         match = GPU_LINE.match(line)
@@ -259,6 +259,33 @@ def _read_free_text(text: str, snap: Snapshot) -> None:
         snap.cuda_toolkit = parse_nvcc_version(text)
 
 
+# "torch 2.1.0+cu121", "torch==2.4.1+rocm6.1", "torch version: 2.10.0+cu128" in prose or a pip line
+# that is not in collect_env's form. Only a version with a build suffix counts: the suffix is what
+# makes such a mention specific enough to stand for the installed build.
+_FREE_TORCH = re.compile(
+    r"\btorch(?:\s*==\s*|\s+version\s*[:=]?\s*|\s+|\s*:\s*)"
+    r"(\d+\.\d+(?:\.\d+)?(?:\.dev\d+|a0|[a-z]+\d*)?\+(?:cu\d{2,3}|cpu|rocm\d+(?:\.\d+)*))\b",
+    re.IGNORECASE,
+)
+
+
+def _read_free_torch(text: str, snap: Snapshot) -> None:
+    """The torch version a partial paste states in passing, when no collect_env line gives one."""
+    if snap.torch.version is not None or snap.torch.importable is False:
+        return
+    found = {match.group(1) for match in _FREE_TORCH.finditer(text)}
+    if len(found) != 1:
+        return  # none, or several different builds named: not settled
+    version = found.pop()
+    snap.torch.version, snap.torch.installed = version, True
+    snap.torch.build, implied = versions.build_from_version(version)
+    if snap.torch.build == "cuda":
+        snap.torch.cuda = snap.torch.cuda or implied
+    elif snap.torch.build == "rocm":
+        snap.torch.hip = snap.torch.hip or implied
+    snap.notes.append(f"torch {version}: read from the text, not from a collect_env line")
+
+
 def _read_libraries(raw: RawReport, snap: Snapshot) -> None:
     fields = raw.fields
     cudnn = [line for line in raw.cudnn_lines if known(line)]
@@ -320,18 +347,19 @@ def parse_collect_env(text: str) -> Snapshot | None:
     banner = "Collecting environment information" in text  # collect_env's first line
     evidence = (
         strong or banner or raw.fields.keys() - {"ignored"} or raw.pip is not None
-        or raw.conda is not None or snap.driver.version or snap.cuda_toolkit
+        or raw.conda is not None or snap.driver.version or snap.cuda_toolkit or raw.loose_gpu_lines
         or recognised(text)
     )
     if not evidence:  # any collect_env line, nvidia-smi/nvcc output or known error is evidence
         return None
     _read_platform(raw.fields, snap)
     _read_torch(raw, snap)
+    _read_free_torch(text, snap)
     snap.driver.version = _first_version(raw.fields.get("driver")) or snap.driver.version
     snap.gpus = _gpus(raw, rocm=snap.torch.build == "rocm")
     _read_libraries(raw, snap)
     _read_cpu(raw, snap)
     _read_env(raw, snap)
     _read_messages(raw, snap)
-    snap.notes = _notes(raw, snap)
+    snap.notes = _notes(raw, snap) + snap.notes
     return snap

@@ -81,6 +81,7 @@ class RawReport:
 
     fields: dict[str, str] = field(default_factory=dict)
     gpu_lines: list[str] = field(default_factory=list)
+    loose_gpu_lines: list[str] = field(default_factory=list)  # "GPU 0: ..." outside that field
     cudnn_lines: list[str] = field(default_factory=list)
     cpu_lines: list[str] = field(default_factory=list)
     pip: dict[str, str] | None = None
@@ -216,6 +217,9 @@ def scan(lines: list[str]) -> RawReport:
             continue
         if continuation == "gpus" and GPU_LINE.match(stripped):
             raw.gpu_lines.append(stripped)
+            continue
+        if GPU_LINE.match(stripped) and "gpus" not in raw.fields:
+            raw.loose_gpu_lines.append(stripped)  # nvidia-smi -L output pasted on its own
             continue
         if continuation == "cudnn" and re.search(r"cudnn", stripped, re.IGNORECASE):
             raw.cudnn_lines.append(stripped)

@@ -16,15 +16,15 @@ NO_KERNEL_IMAGE = "no kernel image is available for execution on the device"
 def check(ctx: Context) -> None:
     build = ctx.build
     torch = ctx.snap.torch
-    if build.version is None:
+    if build.kind == "cpu" and (build.version is not None or not build.assumed):
+        _cpu_only(ctx)  # also without a version: torch's own error can say it is a CPU build
+    elif build.kind == "cuda" and (build.version is not None or torch.arch_list):
+        _arch(ctx)  # torch's own arch list judges the build even when its version is not given
+    elif build.version is None:
         if torch.installed is False or torch.importable is False:
             _not_installed(ctx)
         else:
             ctx.skip(AREA, "the PyTorch version (not in the report)")
-    elif build.kind == "cpu":
-        _cpu_only(ctx)
-    elif build.kind == "cuda":
-        _arch(ctx)
     elif build.kind is None:
         ctx.skip(AREA, f"whether {build.label} is a CUDA build (not stated)")
     if build.kind != "cuda":

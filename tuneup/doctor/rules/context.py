@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from tuneup.doctor import knowledge as kb
+from tuneup.doctor import messages
 from tuneup.doctor.findings import Finding, finding
 from tuneup.machine.snapshot import GPU, Snapshot
 from tuneup.machine import versions
@@ -293,6 +294,11 @@ class Context:
                 return make("cuda", versions.major_minor_text(torch.cuda), "torch.version.cuda")
             if torch.build in ("cpu", "xpu"):
                 return make(torch.build, None, "the report (CUDA used to build PyTorch: none)")
+            if any(a.startswith("sm_") for a in torch.arch_list or []):
+                # torch lists its own CUDA kernels (get_arch_list() or its capability warning)
+                return make("cuda", None, "torch's own CUDA arch list")
+            if messages.says(self.all_messages, "not-compiled-with-cuda"):
+                return make("cpu", None, "torch's own error 'Torch not compiled with CUDA enabled'")
         conda = "pytorch" in (self.snap.conda_packages or {}) and not requested
         if release is None or conda or not version or versions.is_custom_build(version):
             return make(None, None, "unknown")

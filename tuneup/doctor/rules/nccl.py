@@ -11,7 +11,7 @@ from tuneup.doctor.rules.context import Context
 from tuneup.machine import versions
 
 AREA = "nccl"
-MISSING_SYMBOL = re.compile(r"undefined symbol: (nccl\w+)")
+MISSING_SYMBOL = re.compile(r"undefined symbol:?\s*(nccl\w+)")
 TRANSPORT_SWITCHES = {
     "NCCL_P2P_DISABLE": "peer-to-peer GPU copies (NVLink/PCIe) go through host memory",
     "NCCL_IB_DISABLE": "InfiniBand/RoCE is off; inter-node traffic falls back to TCP sockets",
