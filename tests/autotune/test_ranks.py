@@ -13,12 +13,24 @@ def end(trial: str, step_s: float, samples: int = 32, **extra) -> dict:
             "samples_per_s": samples / step_s, "step_s_all": [step_s] * 3, **extra}
 
 
-def test_only_rank_0_says_hello_and_each_trial_starts_once():
+def test_one_hello_and_each_trial_starts_once():
     events = RankEvents(2)
-    assert events.add(1, {"event": "hello", "pid": 2}) == []
-    assert events.add(0, {"event": "hello", "pid": 1}) == [{"event": "hello", "pid": 1}]
+    assert events.add(1, {"event": "hello", "pid": 2}) == [{"event": "hello", "pid": 2}]
+    assert events.add(0, {"event": "hello", "pid": 1}) == []
     start = {"event": "trial_start", "id": "a"}
     assert events.add(1, start) == [start] and events.add(0, start) == []
+
+
+def test_one_exit_an_error_first_else_once_every_rank_ended():
+    events = RankEvents(2)
+    ended = {"event": "exit", "reason": "script-ended", "steps": 9}
+    assert events.add(1, ended) == []
+    assert events.add(0, ended) == [ended]
+    events = RankEvents(2)
+    assert events.add(0, ended) == []
+    error = {"event": "exit", "reason": "error", "message": "ValueError: x"}
+    assert events.add(1, error) == [{**error, "message": "rank 1: ValueError: x"}]
+    assert events.add(0, error) == [] and events.failed == {0, 1}
 
 
 def test_a_trial_ends_when_every_rank_ended_it_at_the_slowest_ranks_pace():
@@ -43,9 +55,11 @@ def test_the_first_failure_of_any_rank_is_the_one_record():
 
 
 def test_ranks_steps_merge_step_by_step():
-    a, b = end("t", 0.01), end("t", 0.01)
+    a, b = end("t", 0.02), end("t", 0.015)
     a["step_s_all"], b["step_s_all"] = [0.01, 0.03, 0.02], [0.02, 0.01]
-    assert merged([a, b])["step_s_all"] == [0.02, 0.03]
+    result = merged([a, b])
+    assert result["step_s_all"] == [0.02, 0.03] and result["step_s"] == pytest.approx(0.025)
+    assert result["samples_per_s"] == pytest.approx(64 / 0.025)
 
 
 REPORT = """\

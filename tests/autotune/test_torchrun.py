@@ -5,7 +5,10 @@ rank with one record naming it, leaving no process and no file behind."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import textwrap
+import time
 from pathlib import Path
 
 import psutil
@@ -109,3 +112,26 @@ def test_the_command_tunes_a_ddp_script_and_writes_one_settings_file(tmp_path):
     settings = read(out)
     assert settings.measured.effective_batch_size == 32 and settings.measured.baseline_samples_per_s > 0
     assert sorted(tmp_path.iterdir()) == sorted([script, out])  # no rank's file left
+
+
+def test_a_killed_tuneup_takes_torchrun_and_a_stuck_rank_along(tmp_path):
+    """SIGKILL while rank 1 sleeps and rank 0 waits in an all-reduce for it: neither ever
+    reaches another step to notice, so the parent-death signals must end them."""
+    script = tmp_path / "train_ddp.py"
+    script.write_text(DDP_SCRIPT)
+    parent = subprocess.Popen(
+        [sys.executable, "-m", "tuneup.cli", "autotune", str(script), "--nproc-per-node", "2",
+         "--budget", "300", "--output", str(tmp_path / "out.json"), "--", "hang", "3"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    tree: list[psutil.Process] = []
+    while time.monotonic() < deadline and len(tree) < 3:  # the agent and its two ranks
+        time.sleep(0.2)
+        tree = psutil.Process(parent.pid).children(recursive=True)
+    assert len(tree) >= 3, "torchrun never started its ranks"
+    time.sleep(8)  # past their imports, into the hang
+    tree = psutil.Process(parent.pid).children(recursive=True)
+    parent.kill()
+    parent.wait()
+    _, left = psutil.wait_procs(tree, timeout=15)
+    assert [p for p in left if p.status() != psutil.STATUS_ZOMBIE] == []

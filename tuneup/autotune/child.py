@@ -15,6 +15,7 @@ import contextlib
 import copy
 import ctypes
 import importlib.util
+import io
 import json
 import math
 import os
@@ -32,6 +33,7 @@ import psutil
 import torch
 
 from tuneup.autotune import protocol
+from tuneup.files import write_atomic
 from tuneup.machine import probe
 from tuneup.runtime import apply, distributed, hooks
 from tuneup.settings import AMP_DTYPES, Knobs
@@ -122,7 +124,7 @@ class TrialSession(hooks.Observer):
         self.discontinuity = True  # the next step spans something that is not training
         self.index = 0
         self.compiled: Knobs | None = None  # the knobs dynamo's cache holds graphs for
-        self.window_steps: int | None = None  # ranks in lockstep: the measured steps, agreed
+        self.window_steps: int | None = None  # ranks in lockstep: this trial's agreed window
         self.step_ended = time.perf_counter()
         self.generation = 0  # bumped whenever the batch source must be reopened
         self.process_steps = 0
@@ -254,7 +256,8 @@ class TrialSession(hooks.Observer):
             "dataset_size": _length(loader.dataset), "amp_dtypes": dtypes,
             "compile_available": _compile_available(loop.device),
             "cpu_threads": self.defaults.cpu_threads,
-            "usable_cores": max(1, _usable_cores() // distributed.local_world_size()),
+            "usable_cores": max(1, _usable_cores() // (distributed.local_world_size()
+                                                       if self.plan.ranks > 1 else 1)),
             "ranks": _world_size(),
             "fixed_knobs": sorted(loader.fixed_reasons),
             "fixed_reasons": reasons,
@@ -319,12 +322,14 @@ class TrialSession(hooks.Observer):
         self.steps = 0
         self.warmup_s: float | None = None
         self.measured_steps = 0
+        self.window_steps = None
         self.step_times: list[float] = []
         self.step_waits: list[float] = []
         self.step_samples: list[int] = []
         self.check_losses = []
         self.peak_rss = 0
         self.generation += 1
+        self.step_ended = time.perf_counter()  # a trial's first step starts now
 
     def _step_done(self, wait: float, samples: int) -> None:
         now = time.perf_counter()
@@ -341,7 +346,7 @@ class TrialSession(hooks.Observer):
                 self.warmup_s = now - self.trial_started
             if self.steps >= self.plan.warmup_steps:
                 self.phase = "measure"
-                if self.window_steps is None and _world_size() > 1:
+                if _world_size() > 1:
                     self.window_steps = self._agreed_window(step_s)
                 self.last = self._synchronized_time()
         elif self.phase == "measure":
@@ -368,17 +373,16 @@ class TrialSession(hooks.Observer):
             or count >= self.plan.max_measure_steps)
 
     def _agreed_window(self, step_s: float) -> int:
-        """The measured steps of every trial in this process, the same on every rank (a
-        rank that ends its window early would switch knobs, or start its loss check, while
-        the others still train): rank 0 sizes it from its last warm-up step, as a single
-        process sizes its window by time, and broadcasts it."""
+        """This trial's measured steps, the same on every rank (a rank that ends its window
+        early would switch knobs, or start its loss check, while the others still train):
+        rank 0 sizes it from its last warm-up step, as a single process sizes its window by
+        time, and broadcasts it — one small collective per trial."""
         import torch.distributed as dist
 
         plan = self.plan
         wanted = math.ceil(plan.min_measure_seconds / max(step_s, 1e-6))
         steps = min(max(wanted, plan.measure_steps), plan.max_measure_steps)
-        device = (torch.device("cuda", torch.cuda.current_device())
-                  if dist.get_backend() == "nccl" else torch.device("cpu"))
+        device = self.loop.device if dist.get_backend() == "nccl" else torch.device("cpu")
         agreed = torch.tensor([steps], dtype=torch.int64, device=device)
         dist.broadcast(agreed, src=0)
         return int(agreed.item())
@@ -491,9 +495,9 @@ SLOW_BFLOAT16 = 3.0  # bfloat16 this many times slower than float32: not worth a
 
 
 def _save_atomically(value: Any, path: Path) -> None:
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    torch.save(value, temporary)
-    os.replace(temporary, path)
+    buffer = io.BytesIO()
+    torch.save(value, buffer)
+    write_atomic(path, buffer.getvalue())
 
 
 def _length(dataset: Any) -> int | None:

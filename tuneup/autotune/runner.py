@@ -36,6 +36,21 @@ WORKDIR_PREFIX = "tuneup-autotune-"  # + the owning pid: stale ones are swept
 POLL_S = 0.05
 MEMORY_POLL_S = 0.25
 STDERR_TAIL_LINES = 12
+# `python -c DIE_WITH_PARENT PARENT_PID PROGRAM ARGS...`: ask for SIGKILL when the parent
+# dies (Linux), then exec PROGRAM, which keeps it. So a SIGKILLed `tuneup autotune` takes the
+# script with it even while it imports, and under torchrun the agent, whose death kills the
+# ranks in turn (each sets the same signal) — even a rank stuck in a collective. (Set here,
+# not in a preexec_fn: forking a threaded parent makes that unsafe.)
+DIE_WITH_PARENT = (
+    "import ctypes, os, signal, sys\n"
+    "try:\n"
+    "    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG\n"
+    "except (OSError, AttributeError):\n"
+    "    pass\n"
+    "if os.getppid() != int(sys.argv[1]):\n"
+    "    sys.exit(3)  # the parent died before the signal was set\n"
+    "os.execv(sys.argv[2], sys.argv[2:])\n"
+)
 
 
 @dataclass
@@ -275,10 +290,12 @@ class Runner:
         return _Process(popen, files, stderr, time.monotonic())
 
     def _launcher(self) -> list[str]:
-        """The interpreter, or torchrun with the local ranks on a free port of this host."""
+        """The interpreter, or torchrun with the local ranks on a free port of this host,
+        started through :data:`DIE_WITH_PARENT`."""
+        launcher = [sys.executable, "-c", DIE_WITH_PARENT, str(os.getpid()), sys.executable]
         if self.nproc_per_node == 1:
-            return [sys.executable]
-        return [sys.executable, "-m", "torch.distributed.run", "--standalone",
+            return launcher
+        return [*launcher, "-m", "torch.distributed.run", "--standalone",
                 f"--nproc-per-node={self.nproc_per_node}"]
 
     def _retry_fresh(self, result: TrialResult, before: list[TrialResult]) -> bool:
