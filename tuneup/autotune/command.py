@@ -85,7 +85,7 @@ def parse_memory(text: str | None) -> int | None:
 @click.option("--only", help=f"Tune only these groups: {','.join(GROUPS)}.")
 @click.option("--skip", help="Tune all groups but these.")
 @click.option("--max-memory", help="Memory cap for the trials, e.g. 8GiB (host RSS; GPU peak).")
-@click.option("--nproc-per-node", type=int, default=1, show_default=True,
+@click.option("--nproc-per-node", type=int, default=1, show_default=True, metavar="N",
               help="Run every trial under torchrun with this many local ranks (a DDP script); "
                    "speed is the job's, at the slowest rank's pace. See docs/distributed.md.")
 @click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text",

@@ -63,7 +63,8 @@ class WatchCommand(click.Command):
               help="Seconds between samples.")
 @click.option("--summary", "summary_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Write the end-of-job summary here as JSON.")
-@click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path),
+@click.option("--plot", "plot_path", metavar="PATH.png|PATH.html",
+              type=click.Path(dir_okay=False, path_type=Path),
               help="Draw utilisation and data wait over time here: PATH.png (needs "
                    "tuneup[plot]) or PATH.html (self-contained).")
 @click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text",
@@ -74,7 +75,7 @@ class WatchCommand(click.Command):
 @click.option("--daemon", "as_daemon", is_flag=True,
               help="Watch every training job on this machine, detached.")
 @click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path),
-              help=f"With --daemon: {control.STATE_DIR_HELP}")
+              help=f"{control.STATE_DIR_HELP} Goes with --daemon.")
 @click.option("--log", "log_path", type=click.Path(dir_okay=False, path_type=Path),
               help="With --daemon: the JSON-lines log, rotated by size "
                    "[default: STATE_DIR/watch.jsonl].")
@@ -212,9 +213,11 @@ def _watch(job: Job, interval: float, stream: Any, output_format: str,
                     exporter.publish([JobView(job.pid, recent.script, samples[-1],
                                               recent.figures, verdict)])
     finally:
-        if gpus is not None:
-            gpus.close()
-        tail = stacks.close()
+        try:
+            tail = stacks.close()  # first: it stops a py-spy process
+        finally:
+            if gpus is not None:
+                gpus.close()
     if tail is not None and samples:  # the stacks of the job's last seconds join the last sample
         before = samples[-1].stacks
         samples[-1] = dataclasses.replace(samples[-1], stacks=tail + before if before else tail)

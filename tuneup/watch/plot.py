@@ -10,7 +10,6 @@ here and the timeline itself as JSON.
 from __future__ import annotations
 
 import html
-import importlib.util
 import io
 import json
 import textwrap
@@ -53,9 +52,13 @@ def check(path: Path) -> None:
     suffix = path.suffix.lower()
     if suffix not in (".png", ".html"):
         raise UsageError(f"--plot writes PATH.png or PATH.html (got {path.name})")
-    if suffix == ".png" and importlib.util.find_spec("matplotlib") is None:
-        raise UsageError("--plot PATH.png needs matplotlib: pip install 'tuneup[plot]' "
-                         "(PATH.html needs nothing)")
+    if suffix != ".png":
+        return
+    try:
+        import matplotlib.figure  # noqa: F401 (a broken install fails now, not after the job)
+    except ImportError as exc:
+        raise UsageError(f"--plot PATH.png needs a working matplotlib ({exc}): pip install "
+                         "'tuneup[plot]' (PATH.html needs nothing)") from None
 
 
 def series(timeline: Sequence[dict[str, Any]]) -> list[Series]:
