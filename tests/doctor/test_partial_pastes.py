@@ -75,3 +75,14 @@ def test_unsuffixed_version_in_prose_is_not_taken() -> None:
 def test_gpu_field_wins_over_loose_gpu_lines() -> None:
     text = "GPU models and configuration: GPU 0: Tesla T4\nPyTorch version: 2.4.1+cu121\n"
     assert [g.name for g in read_report(text).gpus or []] == ["Tesla T4"]
+
+
+def test_a_version_pip_could_not_find_is_not_read_as_installed() -> None:
+    text = (
+        "ERROR: Could not find a version that satisfies the requirement torch==2.5.1+cu121\n"
+        "ERROR: No matching distribution found for torch==2.5.1+cu121\n"
+        "GPU 0: NVIDIA GeForce RTX 5090 (UUID: GPU-1)\n"
+    )
+    snap = read_report(text)
+    assert snap.torch.installed is not True and snap.torch.version is None
+    assert "TU101" not in codes(text)  # what was asked for is judged, not blamed as installed

@@ -46,7 +46,7 @@ MESSAGES = (
              "NCCL failed on a system call (shared memory, network, or peer access)"),
     _message("nccl-graph-capture", r"NCCL cannot be captured in a graph",
              "the loaded NCCL was built with a CUDA runtime too old for CUDA graphs"),
-    _message("nccl-undefined-symbol", r"undefined symbol:?\s*nccl\w+",
+    _message("nccl-undefined-symbol", r"undefined symbol:?\s*(?P<symbol>nccl\w+)",
              "a libnccl older than the one torch was built against was loaded"),
     _message("hip-invalid-device-function",
              r"invalid device function|hipErrorInvalidDeviceFunction|HIP error: invalid device",
@@ -55,9 +55,9 @@ MESSAGES = (
              "CUDA failed to initialise"),
 )
 BY_NAME = {message.name: message for message in MESSAGES}
+PIP_REQUEST = r"(?:No matching distribution found for|satisfies the requirement)\s+"
 REQUESTED_TORCH = re.compile(
-    r"(?:No matching distribution found for|satisfies the requirement)\s+(?:torch|pytorch)\s*"
-    r"==\s*(\d+\.\d+(?:\.\d+)?)", re.IGNORECASE,
+    PIP_REQUEST + r"(?:torch|pytorch)\s*==\s*(\d+\.\d+(?:\.\d+)?)", re.IGNORECASE,
 )
 
 
@@ -67,7 +67,12 @@ def recognised(text: str) -> list[str]:
 
 
 def says(text: str, name: str) -> bool:
-    return BY_NAME[name].pattern.search(text) is not None
+    return find(text, name) is not None
+
+
+def find(text: str, name: str) -> re.Match[str] | None:
+    """The first place ``text`` holds the message ``name`` (its named groups are facts)."""
+    return BY_NAME[name].pattern.search(text)
 
 
 def requested_torch(text: str) -> str | None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import ast
 import re
 
-from tuneup.doctor.messages import recognised
+from tuneup.doctor.messages import PIP_REQUEST, recognised
 from tuneup.machine.probe.host import parse_nvcc_version
 from tuneup.machine.probe.cpu_flags import relevant_flags
 from tuneup.doctor.readers.collect_env_lines import (
@@ -269,11 +269,17 @@ _FREE_TORCH = re.compile(
 )
 
 
+# "No matching distribution found for torch==2.5.1+cu121": what pip was asked for, not what is
+# installed (messages.requested_torch reads it as such).
+_PIP_REQUEST_BEFORE = re.compile(PIP_REQUEST + r"$", re.IGNORECASE)
+
+
 def _read_free_torch(text: str, snap: Snapshot) -> None:
     """The torch version a partial paste states in passing, when no collect_env line gives one."""
     if snap.torch.version is not None or snap.torch.importable is False:
         return
-    found = {match.group(1) for match in _FREE_TORCH.finditer(text)}
+    found = {match.group(1) for match in _FREE_TORCH.finditer(text)
+             if not _PIP_REQUEST_BEFORE.search(text, 0, match.start())}
     if len(found) != 1:
         return  # none, or several different builds named: not settled
     version = found.pop()

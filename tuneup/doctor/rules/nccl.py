@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 
 from tuneup.doctor import knowledge as kb
 from tuneup.doctor import messages
@@ -11,7 +10,6 @@ from tuneup.doctor.rules.context import Context
 from tuneup.machine import versions
 
 AREA = "nccl"
-MISSING_SYMBOL = re.compile(r"undefined symbol:?\s*(nccl\w+)")
 TRANSPORT_SWITCHES = {
     "NCCL_P2P_DISABLE": "peer-to-peer GPU copies (NVLink/PCIe) go through host memory",
     "NCCL_IB_DISABLE": "InfiniBand/RoCE is off; inter-node traffic falls back to TCP sockets",
@@ -126,12 +124,12 @@ def _wheels(ctx: Context) -> None:
 
 
 def _symbols(ctx: Context) -> None:
-    match = MISSING_SYMBOL.search(ctx.all_messages)
+    match = messages.find(ctx.all_messages, "nccl-undefined-symbol")
     if match:
         ctx.add(
             "TU402",
             ERROR,
-            f"torch could not find the NCCL symbol {match.group(1)}: an older or foreign libnccl.so.2 was loaded.",
+            f"torch could not find the NCCL symbol {match['symbol']}: an older or foreign libnccl.so.2 was loaded.",
             "remove other libnccl from LD_LIBRARY_PATH / LD_PRELOAD and keep only the nvidia-nccl wheel torch "
             "pins (pip show torch | grep -i nccl)",
         )
