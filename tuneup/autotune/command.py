@@ -177,7 +177,7 @@ def tune(script: Path, script_args: list[str], options: Options, budget: float, 
             f"tuned under torchrun with {nproc_per_node} local ranks: samples/s are the job's "
             "at the slowest rank's pace; worker and thread counts are per rank, from its share "
             f"of the cores; run with the same --nproc-per-node")
-    written, error = write_settings(settings_for(outcome, script), output)
+    written, error = write_settings(settings_for(outcome, script, nproc_per_node), output)
     if output_format == "text":
         print_table(Console(), outcome, written, elapsed)
     result = to_json(outcome, script, written, elapsed, budget)
@@ -214,7 +214,7 @@ def busy_note(threshold: float = 25.0) -> str | None:
             "timings are noisy; tune again when it is idle")
 
 
-def settings_for(outcome: Outcome, script: Path) -> Settings:
+def settings_for(outcome: Outcome, script: Path, nproc_per_node: int = 1) -> Settings:
     """The settings file's content: chosen knobs, what was measured, this machine."""
     from tuneup.settings import fingerprint
 
@@ -226,6 +226,7 @@ def settings_for(outcome: Outcome, script: Path) -> Settings:
             effective_batch_size=outcome.facts.effective_batch,
             device=outcome.facts.device,
             confirmed=outcome.confirmed,
+            local_ranks=nproc_per_node if nproc_per_node > 1 else None,
         ),
         fingerprint=fingerprint.current(),
         script=str(script.resolve()),

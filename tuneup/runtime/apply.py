@@ -47,7 +47,21 @@ def _load_knobs() -> Knobs:
     settings = store.load()
     if settings is None:
         return Knobs()
-    return bounded(_for_this_machine(settings))
+    knobs = _for_this_machine(settings)
+    _note_other_layout(settings, knobs)
+    return bounded(knobs)
+
+
+def _note_other_layout(settings: Settings, knobs: Knobs) -> None:
+    """Worker and thread counts are tuned per rank: say so when this job starts another
+    number of local ranks than autotune measured with (the bound below still holds)."""
+    tuned, here = settings.measured.local_ranks or 1, distributed.local_world_size()
+    sized = any(getattr(knobs, name) is not None for name in ("num_workers", "cpu_threads"))
+    if settings.measured.tuned_samples_per_s is None or tuned == here or not sized:
+        return
+    store.warn(f"the settings were tuned with {tuned} local rank(s) and this job runs {here}: "
+               f"their worker and thread counts were chosen for {tuned}; re-run `tuneup autotune "
+               f"--nproc-per-node {here}` for this layout")
 
 
 def bounded(knobs: Knobs) -> Knobs:

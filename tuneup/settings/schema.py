@@ -140,6 +140,7 @@ class Measurement:
     effective_batch_size: int | None = None  # the batch_size the knobs were tuned for
     device: str | None = None  # "cpu", "cuda"
     confirmed: bool | None = None  # from interleaved re-runs (False: single trials only)
+    local_ranks: int | None = None  # torchrun's ranks per node it was tuned with (None: one)
 
     @property
     def speedup(self) -> float | None:
