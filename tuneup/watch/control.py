@@ -23,6 +23,7 @@ from tuneup.watch.state import StateDir
 STOP_TIMEOUT_S = 30.0
 STATE_DIR_HELP = "The daemon's state directory [default: $XDG_STATE_HOME/tuneup/watch]."
 SETTINGS = {"help_option_names": ["-h", "--help"]}
+PIPED_WIDTH = 200
 
 
 def _not_running(state: StateDir) -> str:
@@ -53,7 +54,10 @@ def status(state_dir: Path | None, output_format: str) -> None:
     if output_format == "json":
         click.echo(json.dumps({"running": True, **data}, indent=2))
         return
-    print_status(Console(highlight=False), data)
+    console = Console(highlight=False)
+    if not console.is_terminal:  # piped: whole rows for grep and scripts, not a table cut to 80
+        console.width = max(console.width, PIPED_WIDTH)
+    print_status(console, data)
 
 
 def _when(stamp: str | None) -> str:
