@@ -240,14 +240,22 @@ def test_uncertain_candidate_is_rerun_interleaved_and_kept_when_it_holds():
     tuner, recorded = search(noisy_then_clean(0.09), Options(groups=frozenset({"amp"})))
     outcome = tuner.run()
     rerun = recorded.plans[2]
-    assert [trial_id.split(" #")[0] for trial_id in rerun] == ["defaults", "amp=bfloat16"] * 2
+    assert [trial_id.split(" #")[0] for trial_id in rerun] == \
+        ["defaults", "amp=bfloat16"] * (len(rerun) // 2)
+    assert ran_of(recorded, rerun) == rerun[:4]  # decided after two rounds: the rest skipped
     assert outcome.knobs.amp_dtype == "bfloat16"
+
+
+def ran_of(recorded: Recorded, plan: list[str]) -> list[str]:
+    ran = {t.id for t in recorded.ran}
+    return [trial_id for trial_id in plan if trial_id in ran]
 
 
 def test_uncertain_candidate_dropped_when_the_rerun_shows_no_gain():
     tuner, recorded = search(noisy_then_clean(0.099), Options(groups=frozenset({"amp"})))
     outcome = tuner.run()
-    assert len(recorded.plans[2]) == 4  # raced: R C R C
+    assert [t.split(" #")[0] for t in ran_of(recorded, recorded.plans[2])] == \
+        ["defaults", "amp=bfloat16"] * 2  # raced: R C R C, a tie after two rounds
     assert outcome.knobs.amp_dtype is None  # by the race, or at the latest by the confirmation
     assert any(r.reason.startswith("within noise (") for r in outcome.rejected) or \
         "confirm: nothing beat PyTorch defaults beyond noise; keeping defaults" in outcome.notes
@@ -344,3 +352,29 @@ def test_a_noisy_machine_is_named_with_advice():
     assert any(n.startswith("machine: noisy") and "--budget" in n for n in notes), notes
     quiet, _ = search(compute_bound)
     assert not any(n.startswith("machine: noisy") for n in quiet.run().notes)
+
+
+def test_compile_race_goes_on_in_the_process_that_compiled():
+    """The first compiled trial's process pays the compile; the race's first rounds run in
+    it (eager, compiled, eager, compiled, ...) instead of in a new process compiling again."""
+    tuner, recorded = search(compute_bound)
+    outcome = tuner.run()
+    plan = next(p for p in recorded.plans if any("compile" in t for t in p))
+    kinds = ["compile" in t for t in plan]
+    assert kinds == [False, True] * (len(plan) // 2) and len(plan) > 2
+    compiled = [t for t in recorded.ran if t.knobs.compile_mode]
+    assert compiled[0].check and not any(t.check for t in compiled[1:])
+    assert outcome.knobs.compile_mode == "default"
+
+
+def test_race_stops_when_the_interval_excludes_a_tie():
+    """A clear gain (30 %) is decided after two rounds; the race's other rounds are skipped."""
+    def timing(knobs: Knobs) -> dict:
+        return record(0.07 if knobs.num_workers else 0.1)
+
+    tuner, recorded = search(timing, Options(groups=frozenset({"loader"})))
+    outcome = tuner.run()
+    assert outcome.knobs.num_workers
+    race = recorded.plans[2]  # after the baseline and the loader stage's sweep
+    contenders = len({t.split(" #")[0] for t in race})
+    assert len(race) > 2 * contenders and len(ran_of(recorded, race)) == 2 * contenders

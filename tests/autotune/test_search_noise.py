@@ -51,8 +51,10 @@ def right_picks(noise: float, seeds: int) -> float:
     return right / seeds
 
 
-# Measured with 300 other seeds: 5 % noise 1.00, 10 % 0.997, 20 % 0.893. The target
-# for 20 % is 0.95; the floor here guards what is reached.
-@pytest.mark.parametrize(("noise", "share"), [(0.05, 0.95), (0.10, 0.95), (0.20, 0.85)])
+# Measured on 300-seed sets (0-299, 1000-1299, 2000-2299, 3000-3299): 5 % noise 1.00; 10 %
+# 1.00; 20 % 0.967, 0.973, 0.973, 0.977 (0.893 before the races were paced to the budget,
+# with a stop rule per comparison). The target for 20 % is 0.95; the floors here
+# guard what is reached, a few seeds below what was measured on these seeds (0-299).
+@pytest.mark.parametrize(("noise", "share"), [(0.05, 0.98), (0.10, 0.98), (0.20, 0.95)])
 def test_the_right_pick_under_noise(noise, share):
-    assert right_picks(noise, seeds=100) >= share
+    assert right_picks(noise, seeds=300) >= share

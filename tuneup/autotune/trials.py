@@ -142,6 +142,14 @@ def typical_step(results: list[TrialResult]) -> float:
     return statistics.fmean(times[:max(1, (len(times) + 1) // 2)])
 
 
+def paired_steps(a: list[TrialResult], b: list[TrialResult]) -> tuple[list[float], list[float]]:
+    """Step times of runs taken next to each other in time (the i-th of each), for
+    :func:`log_ratio_interval`; a pair where either run failed is left out."""
+    pairs = [(x.step_time, y.step_time) for x, y in zip(a, b)
+             if x.ok and y.ok and x.step_time and y.step_time]
+    return [x for x, _ in pairs], [y for _, y in pairs]
+
+
 T_95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26}
 
 

@@ -52,6 +52,8 @@ class TunedLoop:
         self.scaler = apply.make_scaler(self.amp_dtype, self.device)
         self._model = (apply.compile_model(self.eager_model, knobs.compile_mode, self.strict)
                        if knobs.compile_mode else self.eager_model)
+        # looked up once: a failed nn.Module attribute lookup costs microseconds a step
+        self._no_sync = getattr(self._model, "no_sync", None)
         if self.scaler is not None and self.needs_closure:
             self._refuse(f"amp_dtype {knobs.amp_dtype}: a GradScaler cannot step "
                          f"{type(self.optimizer).__name__}'s closure; training in float32")
@@ -106,9 +108,9 @@ class TunedLoop:
                             "loop.train_step(batch, loss_fn), which builds it")
         observers = hooks.current()
         self._note_micro_batching(None, _PLAIN_FORM if self.micro_batch_size else None)
-        with contextlib.nullcontext() if observers is hooks.NOBODY else observers.guard(self):
+        with _NOTHING if observers is hooks.NOBODY else observers.guard(self):
             weight = 1.0 if num_items is None else 1.0 / num_items
-            self._backpropagate(loss, weight, observers)
+            self._backpropagate(loss, weight, observers, keep=False)
             self._optimizer_step(max_grad_norm, observers)
 
     # -- the splittable form: the loop runs the user's loss function -------------------
@@ -141,7 +143,7 @@ class TunedLoop:
         if reduction not in REDUCTIONS:
             raise ValueError(f"reduction must be one of {REDUCTIONS}, not {reduction!r}")
         observers = hooks.current()
-        with contextlib.nullcontext() if observers is hooks.NOBODY else observers.guard(self):
+        with _NOTHING if observers is hooks.NOBODY else observers.guard(self):
             pieces = self._pieces(batch, loss_fn)
             if self.needs_closure:
                 return self._closure_step(pieces, loss_fn, reduction, num_items,
@@ -230,8 +232,8 @@ class TunedLoop:
         """DDP (and FSDP) all-reduce gradients in every backward: on all pieces but the last,
         ``no_sync()`` skips it, so a split batch costs one all-reduce per optimizer step. The
         gradients the optimizer sees are the same; only the communication is less."""
-        no_sync = getattr(self.model, "no_sync", None)
-        return contextlib.nullcontext() if sync or no_sync is None else no_sync()
+        no_sync = self._no_sync
+        return _NOTHING if sync or no_sync is None else no_sync()
 
     def _closure_step(self, pieces: list[tuple[Any, float]], loss_fn: Callable[[Any], Any],
                       reduction: str, num_items: Any, max_grad_norm: float | None,
@@ -248,14 +250,15 @@ class TunedLoop:
         self._after_step(observers)
         return total
 
-    def _backpropagate(self, loss: torch.Tensor, weight: Any,
-                       observers: hooks.Observer) -> torch.Tensor:
-        """Backward of ``loss * weight`` (just ``loss`` for weight 1: bit-identical to plain)."""
+    def _backpropagate(self, loss: torch.Tensor, weight: Any, observers: hooks.Observer,
+                       keep: bool = True) -> torch.Tensor | None:
+        """Backward of ``loss * weight`` (just ``loss`` for weight 1: bit-identical to plain);
+        the detached loss when ``keep`` (``train_step`` returns it; ``backward`` does not)."""
         if observers is not hooks.NOBODY:
             observers.loss(self, loss, weight)
         scaled = loss if _is_one(weight) else loss * weight
         (self.scaler.scale(scaled) if self.scaler is not None else scaled).backward()
-        return scaled.detach()
+        return scaled.detach() if keep else None
 
     def _optimizer_step(self, max_grad_norm: float | None, observers: hooks.Observer) -> None:
         if max_grad_norm is not None:
@@ -287,6 +290,7 @@ class TunedLoop:
 
 
 _PLAIN_FORM = "the script computes its loss outside loop.train_step"
+_NOTHING = contextlib.nullcontext()  # reusable: one per step would cost an allocation
 
 
 _STORES = {"STORE_DEREF": "nonlocal", "STORE_GLOBAL": "global", "STORE_ATTR": "attribute"}

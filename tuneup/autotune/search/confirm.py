@@ -15,7 +15,7 @@ from tuneup.settings import Knobs
 if TYPE_CHECKING:
     from tuneup.autotune.search.run import Search
 
-MIN_ROUNDS, MAX_ROUNDS = 2, 8
+MIN_ROUNDS, MAX_ROUNDS = 2, 12
 
 
 def confirm(search: Search) -> Outcome:
@@ -36,9 +36,10 @@ def confirm(search: Search) -> Outcome:
     alternative = simpler_alternative(search)
     if alternative is not None and alternative != default:
         configs.append(alternative)
-    per_round = budget.trial_seconds() + (len(configs) - 1) * budget.trial_seconds(
-        search.baseline)
-    rounds = min(MAX_ROUNDS, int((budget.time_left() - budget.startup_seconds()) // per_round))
+    rounds = _affordable_rounds(search, configs)
+    if rounds < MIN_ROUNDS and len(configs) > 2:  # the alternative's compile does not fit
+        configs = configs[:2]
+        rounds = _affordable_rounds(search, configs)
     if rounds < MIN_ROUNDS:
         search.note("confirm: skipped, budget exhausted; the speed-up is UNCONFIRMED "
                     "(single trials of the stages)")
@@ -70,6 +71,19 @@ def confirm(search: Search) -> Outcome:
     outcome.confirmed = True
     outcome.speedup_interval = ratio_interval(runs[winner.trial.knobs], runs[default])
     return outcome
+
+
+def _affordable_rounds(search: Search, configs: list[Knobs]) -> int:
+    """Confirmation rounds that fit in the budget left. A process compiles once for one
+    compiled configuration; with two different ones, each of their trials compiles again
+    (the process keeps the graphs of the settings it compiled last)."""
+    budget = search.budget
+    per_round = budget.trial_seconds() + (len(configs) - 1) * budget.trial_seconds(
+        search.baseline)
+    compiled = len({k for k in configs if k.compile_mode})
+    per_round += search.compile_s * compiled if compiled > 1 else 0.0
+    fixed = budget.startup_seconds() + (search.compile_s if compiled == 1 else 0.0)
+    return min(MAX_ROUNDS, int((budget.time_left() - fixed) // per_round))
 
 
 NOISY_SPREAD = 0.15  # the same settings varying more than this between runs: a noisy machine

@@ -18,12 +18,14 @@ from tuneup.autotune.trials import (
     TrialResult,
     log_ratio_interval,
     merge,
+    paired_steps,
     typical_step,
 )
 from tuneup.settings import Knobs
 
 RACE_REACH = 0.2  # candidates measured this much slower than the best are not raced
-MAX_RACE_CALLS = 3  # each: two interleaved rounds of the contenders, in one process
+RACE_ROUNDS = 6  # interleaved rounds of a stage's contenders at most (low-impact stages: 2)
+LOW_IMPACT_ROUNDS = 2
 
 
 # Stages that must leave room for compile. Threads too: the loader stage already tries the
@@ -54,6 +56,7 @@ class Search:
         self.incumbent = Knobs()
         self.baseline: TrialResult | None = None
         self.speedup = 1.0  # incumbent over baseline, chained through the stages
+        self.compile_s = 0.0  # measured cost of a cold compile (0 until the compile stage)
         self.stage_label = "baseline"
         self._ids: dict[str, int] = {}
 
@@ -137,7 +140,8 @@ class Search:
                ) -> TrialResult:
         """The fastest acceptable result; ties (within ``min_gain``) go to the simpler.
 
-        Candidates within reach of the best are raced against the reference (see
+        Candidates within reach of the best, and always the fastest one, are raced against
+        the reference (see
         :meth:`race`) until the slower ones are shown slower or the stage's budget is spent.
         """
         judge = self.judge
@@ -145,11 +149,13 @@ class Search:
                     and self.acceptable(r)]
         best = max([reference, *accepted], key=judge.speed)
         reach = judge.speed(best) * (1 - RACE_REACH)
+        fastest = max(accepted, key=judge.speed, default=None)  # raced however it measured
+        raced = [r for r in accepted if judge.speed(r) >= reach or r is fastest]
         for result in accepted:
-            if judge.speed(result) < reach:
+            if result not in raced:
                 self.reject(result, judge.versus(result, reference))
-        contenders = [reference, *(r for r in accepted if judge.speed(r) >= reach)]
-        runs = self.race(contenders, 1 if stage in LOW_IMPACT else MAX_RACE_CALLS)
+        contenders = [reference, *raced]
+        runs = self.race(contenders, LOW_IMPACT_ROUNDS if stage in LOW_IMPACT else RACE_ROUNDS)
         merged = {knobs: merge(results) for knobs, results in runs.items()}
         survivors = {k: r for k, r in merged.items() if r is not None}
         reference = survivors.get(reference.trial.knobs, reference)
@@ -164,43 +170,79 @@ class Search:
         self.adopt(chosen, reference, stage)
         return chosen
 
-    def race(self, contenders: list[TrialResult], calls: int = MAX_RACE_CALLS
+    def race(self, contenders: list[TrialResult], rounds: int = RACE_ROUNDS,
+             tie: float | None = None, paired: dict[Knobs, list[TrialResult]] | None = None
              ) -> dict[Knobs, list[TrialResult]]:
-        """Interleaved rounds of the contenders (A B C A B C ...) while the budget allows.
+        """Interleaved rounds of the contenders (A B C A B C ...), at most ``rounds`` of them
+        and what the budget allows, in as few processes as possible (each start-up, and a
+        cold compile for compiled contenders, is paid once a process).
 
-        After each pair of rounds, from the paired step-time ratios to the leader: a
-        contender slower by more than ``min_gain`` with 95 % confidence is out, and the race
-        stops early when every other contender is, with 95 % confidence, within ``min_gain``
-        of the leader (a tie, which the simpler settings win) or out.
+        The stop rule is per comparison, from the paired step-time ratios to the leader
+        (each pair taken next to each other in time), looked at after 2, 3, 4, 6, 8, 12, ...
+        rounds: a contender slower than the leader by more than ``tie`` (default
+        ``min_gain``) with 95 % confidence is out; the race stops once every other
+        contender is out or, with 95 % confidence, within ``tie`` of the leader (a tie,
+        which the simpler settings win), or when its rounds are spent. ``paired``: rounds
+        of the contenders already taken after their first runs (counted as the race's).
         """
-        tie = math.log(1 + self.options.min_gain)
-        runs = {r.trial.knobs: [r] for r in contenders}
+        tie = math.log(1 + (self.options.min_gain if tie is None else tie))
+        runs = {r.trial.knobs: [r, *(paired or {}).get(r.trial.knobs, [])] for r in contenders}
         self.raced_out = {}
-        for _ in range(calls):
-            if len(runs) < 2 or self.budget.affordable(2 * len(runs)) < 2 * len(runs):
+        done = min(len(v) - 1 for v in runs.values())
+        if done >= 2 and not self._drop_slower(runs, tie):
+            return runs  # decided by the rounds already taken
+        while len(runs) >= 2 and done < rounds:
+            extra_s = self.cold_start_seconds(runs)
+            fit = self.budget.affordable((rounds - done) * len(runs), extra_s=extra_s) // len(runs)
+            if fit < 2:
                 break
-            results = self.measure([self.trial(k) for _ in range(2) for k in runs])
+            order = list(runs)
+            seen: list[TrialResult] = []
+            decided = [False]
+
+            def stop(result: TrialResult, order: list[Knobs] = order,
+                     seen: list[TrialResult] = seen, decided: list[bool] = decided) -> bool:
+                if decided[0] or result.status in (protocol.SKIPPED, protocol.BUDGET):
+                    return True
+                seen.append(result)
+                if len(seen) % len(order):
+                    return False
+                if _is_look(done + len(seen) // len(order)):
+                    view = {k: v + [r for r in seen if r.ok and r.trial.knobs == k]
+                            for k, v in runs.items()}
+                    decided[0] = not _verdict(view, tie)[1]
+                return decided[0]
+
+            results = self.measure([self.trial(k) for _ in range(fit) for k in order], stop)
             for result in results:
                 if result.ok:
                     runs[result.trial.knobs].append(result)
-            leader = min(runs, key=lambda k: typical_step(runs[k]))
-            undecided = False
-            for knobs in [k for k in runs if k != leader]:
-                interval = log_ratio_interval([r.step_time for r in runs[knobs][1:]],
-                                              [r.step_time for r in runs[leader][1:]])
-                if interval is None:
-                    undecided = True
-                elif interval[0] > tie:
-                    self.raced_out[knobs] = runs.pop(knobs)
-                    slower = merge(self.raced_out[knobs])
-                    if slower is not None:
-                        gain = 1 - math.exp(sum(interval) / 2)
-                        self.reject(slower, f"slower ({-abs(gain):+.0%}, raced)")
-                elif interval[1] >= tie:
-                    undecided = True
-            if not undecided:
+            done += max(1, sum(r.status not in (protocol.SKIPPED, protocol.BUDGET)
+                               for r in results) // len(order))
+            undecided = self._drop_slower(runs, tie)
+            if not undecided or decided[0] or any(r.status == protocol.BUDGET for r in results):
                 break
         return runs
+
+    def _drop_slower(self, runs: dict[Knobs, list[TrialResult]], tie: float) -> bool:
+        """Take the contenders slower beyond ``tie`` with confidence out of ``runs`` (into
+        :attr:`raced_out`, rejected with their gain); whether any other is undecided."""
+        slower, undecided = _verdict(runs, tie)
+        for knobs, interval in slower.items():
+            self.raced_out[knobs] = runs.pop(knobs)
+            loser = merge(self.raced_out[knobs])
+            if loser is not None:
+                gain = 1 - math.exp(sum(interval) / 2)
+                self.reject(loser, f"slower ({-abs(gain):+.0%}, raced)")
+        return undecided
+
+    def cold_start_seconds(self, runs: dict[Knobs, list[TrialResult]]) -> float:
+        """What a fresh process pays beyond its start-up before the contenders run warm: the
+        compile of a compiled contender (its slowest warm-up beyond the eager ones')."""
+        warmups = {k: max((r.warmup_s or 0.0) for r in v) for k, v in runs.items()}
+        eager = [w for k, w in warmups.items() if not k.compile_mode]
+        base = min(eager) if eager else 0.0
+        return max([0.0] + [w - base for k, w in warmups.items() if k.compile_mode])
 
     def adopt(self, chosen: TrialResult, reference: TrialResult, stage: str) -> None:
         """Make ``chosen`` the incumbent; ``reference`` is the old one measured beside it."""
@@ -259,3 +301,29 @@ class Search:
         self.stage_label = name + (" (again)" if again else "")
         self.on_stage(self.stage_label)
         STAGES[name](self)
+
+
+def _is_look(rounds: int) -> bool:
+    """Rounds after which a race looks at its intervals: 2, 3, 4, 6, 8, 12, 16, 24, ...
+    (looking after every round would let noise end it early more often)."""
+    while rounds > 4 and rounds % 2 == 0:
+        rounds //= 2
+    return rounds in (2, 3, 4)
+
+
+def _verdict(runs: dict[Knobs, list[TrialResult]], tie: float
+             ) -> tuple[dict[Knobs, tuple[float, float]], bool]:
+    """The race's state: contenders slower than the leader beyond ``tie`` (log scale) with
+    95 % confidence, with their interval, and whether any other is still undecided."""
+    leader = min(runs, key=lambda k: typical_step(runs[k]))
+    slower: dict[Knobs, tuple[float, float]] = {}
+    undecided = False
+    for knobs in [k for k in runs if k != leader]:
+        interval = log_ratio_interval(*paired_steps(runs[knobs][1:], runs[leader][1:]))
+        if interval is None:
+            undecided = True
+        elif interval[0] > tie:
+            slower[knobs] = interval
+        elif interval[1] >= tie:
+            undecided = True
+    return slower, undecided

@@ -21,7 +21,8 @@ if TYPE_CHECKING:
 HEADROOM = "batch (memory headroom)"  # a change made for memory, kept whatever its speed
 PREFETCH_WAIT_SHARE = 0.1  # data-wait share left that makes a deeper prefetch worth a trial
 PERSISTENT_STARTUP_SHARE = 0.01  # worker start-up per epoch worth keeping workers alive
-COMPILE_RACE_CALLS = 12  # the last stage: what the budget has left goes to its decision
+COMPILE_RACE_ROUNDS = 40  # the last stage: what the budget has left goes to its decision
+FIRST_COMPILE_ROUNDS = 6  # paired rounds in the process that compiles first
 
 STAGES: dict[str, Callable[[Search], None]] = {}
 
@@ -211,10 +212,15 @@ def compile_(search: Search) -> None:
             search.note(f"compile: {trial.knobs.compile_mode} skipped, "
                         f"needs ~{needed:.0f} s more budget")
             continue
-        reference, result = search.measure([search.trial(search.incumbent), trial])
-        if not reference.ok or not search.acceptable(result):
+        first = _first_compile_process(search, trial)
+        if first is None:
             continue
-        runs = search.race([reference, result], COMPILE_RACE_CALLS)  # gains often within noise
+        reference, result, paired = first
+        # gains are often within noise; the race decides against the gain that repays the
+        # compile (or min_gain, the larger), the figure the decision below needs
+        runs = search.race([reference, result], COMPILE_RACE_ROUNDS,
+                           tie=max(search.options.min_gain, _break_even(search, reference, result)),
+                           paired=paired)
         compiled = merge(runs.get(result.trial.knobs, []))
         if compiled is None:
             continue  # raced out: slower
@@ -224,8 +230,44 @@ def compile_(search: Search) -> None:
         eager = merge(eager_runs) or reference
         steps = (typical_step(eager_runs), typical_step(runs[result.trial.knobs]))
         compile_s = _compile_seconds(runs[result.trial.knobs], eager_runs)
+        search.compile_s = max(search.compile_s, compile_s)
         if _amortised(search, compiled, compile_s, *steps):
             search.adopt(compiled, eager, "compile")
+
+
+FirstProcess = tuple[TrialResult, TrialResult, dict[Knobs, list[TrialResult]]]
+
+
+def _first_compile_process(search: Search, trial: Trial) -> FirstProcess | None:
+    """The incumbent and the compiled trial (loss-checked), then interleaved rounds of both
+    in the same process, so the race's first rounds pay no second start-up and compile.
+    The process stops right after a compiled trial that fails or drifts. None when either
+    of the first pair cannot be used."""
+    eager = search.trial(search.incumbent)
+    rounds = min(FIRST_COMPILE_ROUNDS, max(0, search.budget.affordable(
+        2 * FIRST_COMPILE_ROUNDS + 2, extra_s=COMPILE_GUESS_S) // 2 - 1))
+
+    def stop(result: TrialResult) -> bool:
+        return not result.ok or search.judge.problem(result) is not None
+
+    results = search.measure([eager, trial] + [search.trial(k) for _ in range(rounds)
+                                               for k in (eager.knobs, trial.knobs)], stop)
+    reference, result = results[0], results[1]
+    if not reference.ok or not search.acceptable(result):
+        return None
+    paired: dict[Knobs, list[TrialResult]] = {eager.knobs: [], trial.knobs: []}
+    for extra in results[2:]:
+        if extra.ok:
+            paired[extra.trial.knobs].append(extra)
+    return reference, result, paired
+
+
+def _break_even(search: Search, eager: TrialResult, compiled: TrialResult) -> float:
+    """The relative gain at which compiling repays its compile time over the expected steps,
+    from a first eager and compiled pair."""
+    compile_s = _compile_seconds([compiled], [eager])
+    steps = search.options.expected_steps * (eager.step_time or 0.0)
+    return compile_s / steps if steps > 0 else 0.0
 
 
 def _compile_seconds(compiled: list[TrialResult], eager: list[TrialResult]) -> float:
