@@ -6,6 +6,10 @@ from __future__ import annotations
 import pytest
 
 from tuneup.autotune.ranks import RankEvents, died_silently, merged
+from tuneup.autotune.search.judge import Judge, Options
+from tuneup.autotune.space import ScriptFacts
+from tuneup.autotune.trials import Trial, TrialResult
+from tuneup.settings import Knobs
 
 
 def end(trial: str, step_s: float, samples: int = 32, **extra) -> dict:
@@ -103,3 +107,10 @@ def test_the_rank_that_died_without_a_word_is_named(first, first_code, sig, othe
 
 def test_no_report_no_name():
     assert died_silently("Traceback (most recent call last): ...", set()) is None
+
+
+def test_speeds_are_the_jobs_every_ranks_batch_per_step():
+    facts = ScriptFacts.from_hello({"effective_batch": 32, "ranks": 4})
+    assert (facts.effective_batch, facts.samples_per_step) == (32, 128)  # per rank, job
+    result = TrialResult(Trial("t", Knobs()), "ok", step_s=0.5)
+    assert Judge(Options(), facts).speed(result) == 256.0

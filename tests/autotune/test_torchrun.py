@@ -107,7 +107,7 @@ def test_the_command_tunes_a_ddp_script_and_writes_one_settings_file(tmp_path):
         "--output", str(out), "--format", "json", "--", "none", "0"])
     assert result.exit_code == 0, result.output
     summary = json.loads(result.output[result.output.index("{"):])
-    assert summary["nproc_per_node"] == 2
+    assert summary["ranks"] == 2 and summary["effective_batch"] == 32
     assert any("torchrun with 2 local ranks" in note for note in summary["notes"])
     settings = read(out)
     assert settings.measured.effective_batch_size == 32 and settings.measured.baseline_samples_per_s > 0

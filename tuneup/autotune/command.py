@@ -181,7 +181,6 @@ def tune(script: Path, script_args: list[str], options: Options, budget: float, 
     if output_format == "text":
         print_table(Console(), outcome, written, elapsed)
     result = to_json(outcome, script, written, elapsed, budget)
-    result["nproc_per_node"] = nproc_per_node
     if error:
         result["error"] = error
     return result

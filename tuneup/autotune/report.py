@@ -88,6 +88,7 @@ def to_json(outcome: Outcome, script: Path, output: Path | None, elapsed_s: floa
         "settings": str(output) if output else None,
         "device": outcome.facts.device,
         "effective_batch": outcome.facts.effective_batch,
+        "ranks": outcome.facts.ranks,
         "baseline_samples_per_s": round(outcome.baseline_samples_per_s, 2),
         "tuned_samples_per_s": round(outcome.tuned_samples_per_s, 2),
         "speedup": round(outcome.speedup, 3),
@@ -131,7 +132,8 @@ def print_table(console: Console, outcome: Outcome, output: Path | None, elapsed
     console.print(f"samples/s: defaults {outcome.baseline_samples_per_s:,.0f} -> tuned "
                   f"{outcome.tuned_samples_per_s:,.0f}, "
                   f"speedup [bold]{escape(speedup_text(outcome))}[/bold]", highlight=False)
-    console.print(f"({hw.device}, effective batch {hw.effective_batch}, "
+    ranks = f" on each of {hw.ranks} ranks" if hw.ranks > 1 else ""
+    console.print(f"({hw.device}, effective batch {hw.effective_batch}{ranks}, "
                   f"{len(outcome.results)} trials in {elapsed_s:.0f} s)", highlight=False)
     if outcome.rejected:
         console.print("rejected:")

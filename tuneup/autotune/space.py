@@ -20,7 +20,8 @@ class ScriptFacts:
     """What the child reported about the script (its loader and batch) and its device."""
 
     device: str = "cpu"
-    effective_batch: int = 1
+    effective_batch: int = 1  # per rank: the batch_size one process's loader gives
+    ranks: int = 1  # processes training together (torchrun's world), each with that batch
     dataset_size: int | None = None
     amp_dtypes: tuple[str, ...] = ()
     compile_available: bool = False
@@ -39,6 +40,7 @@ class ScriptFacts:
         return cls(
             device=str(event.get("device") or "cpu").split(":")[0],
             effective_batch=_positive_int(event.get("effective_batch")) or 1,
+            ranks=_positive_int(event.get("ranks")) or 1,
             dataset_size=_positive_int(event.get("dataset_size")),
             amp_dtypes=tuple(d for d in event.get("amp_dtypes") or () if d in AMP_DTYPES),
             compile_available=bool(event.get("compile_available")),
@@ -48,6 +50,11 @@ class ScriptFacts:
             fixed_reasons=tuple((str(k), str(v)) for k, v in reasons.items()),
             shuffles=event.get("shuffles") is not False,
         )
+
+    @property
+    def samples_per_step(self) -> int:
+        """The job's samples per optimizer step: every rank's effective batch."""
+        return self.effective_batch * self.ranks
 
     @property
     def on_cuda(self) -> bool:

@@ -65,7 +65,7 @@ def confirm(search: Search) -> Outcome:
         search.note("confirm: nothing beat PyTorch defaults beyond noise; keeping defaults")
         winner = default_run
     outcome.knobs = winner.trial.knobs
-    batch = search.facts.effective_batch
+    batch = search.facts.samples_per_step
     outcome.tuned_samples_per_s = batch / step[winner.trial.knobs]
     outcome.baseline_samples_per_s = batch / step[default]
     outcome.confirmed = True

@@ -29,7 +29,8 @@ class Rejection:
 
 @dataclass
 class Judge:
-    """Compares results of one search: speeds in samples/s of the effective batch."""
+    """Compares results of one search: speeds in the job's samples/s (every rank's
+    effective batch per optimizer step)."""
 
     options: Options
     facts: ScriptFacts = field(default_factory=ScriptFacts)
@@ -37,7 +38,7 @@ class Judge:
 
     def speed(self, result: TrialResult) -> float:
         if result.step_time:
-            return self.facts.effective_batch / result.step_time
+            return self.facts.samples_per_step / result.step_time
         return result.samples_per_s or 0.0
 
     def margin(self, a: TrialResult, b: TrialResult) -> float:

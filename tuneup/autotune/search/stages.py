@@ -179,7 +179,7 @@ def _decide_persistent_workers(search: Search) -> None:
             or "persistent_workers" in facts.fixed_knobs):
         return
     startup = max(0.0, result.warmup_s - base.warmup_s)
-    steps_per_epoch = max(1, facts.dataset_size // facts.effective_batch)
+    steps_per_epoch = max(1, facts.dataset_size // facts.samples_per_step)  # ranks share it
     epoch_s = steps_per_epoch * (result.step_time or 0)
     if not epoch_s or startup / epoch_s <= PERSISTENT_STARTUP_SHARE:
         return
