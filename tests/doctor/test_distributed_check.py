@@ -121,3 +121,36 @@ def test_distributed_options_misused_are_one_line_usage_errors(args, says) -> No
     assert result.exit_code == 2
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and says in lines[0], result.output
+
+
+class _Store:
+    """The parent's store as a rank left it: the keys it set."""
+
+    def __init__(self, keys: set[str]) -> None:
+        self.keys = keys
+
+    def check(self, keys: list[str]) -> bool:
+        return all(key in self.keys for key in keys)
+
+    def get(self, key: str) -> bytes:
+        return b"all_reduce of 1 KiB"
+
+
+class _Exited:
+    """A process context whose rank 1 ended by a signal."""
+
+    def join(self, timeout: float) -> bool:
+        raise distributed.mp.ProcessExitedException(
+            "process 1 terminated with signal SIGABRT", error_index=1, error_pid=2,
+            exit_code=-6, signal_name="SIGABRT")
+
+
+@pytest.mark.parametrize(("keys", "failure"), [
+    # every rank had reported its timings: a crash while tearing down spoils nothing
+    ({"joined/0", "joined/1", "result/0", "result/1"}, None),
+    ({"joined/0", "joined/1", "result/0", "at/1"}, "rank 1"),
+])
+def test_a_rank_that_dies_after_reporting_does_not_fail_the_measurement(keys, failure) -> None:
+    result = Measurement("gloo", 2, 10.0)
+    distributed._watch(_Exited(), _Store(keys), result, time.monotonic())
+    assert result.failure is None if failure is None else failure in result.failure

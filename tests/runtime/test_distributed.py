@@ -28,6 +28,8 @@ def _both(rank: int, init: str, out: str, settings: str) -> None:
     os.environ["TUNEUP_SETTINGS"] = settings
     _train(rank, f"{out}.tuned", tuned=True)
     dist.destroy_process_group()
+    os._exit(0)  # results saved: skip interpreter teardown, which gloo's threads can abort
+    # under load ("terminate called without an active exception", pytorch/pytorch#179291)
 
 
 def _train(rank: int, out: str, tuned: bool) -> None:

@@ -217,6 +217,8 @@ def _watch(context: mp.ProcessContext, store: dist.TCPStore, result: Measurement
             _failed(result, store, f"rank {exc.error_index} failed: {_last_line(exc.msg)}")
             return
         except mp.ProcessExitedException as exc:
+            if _all(store, "result", ranks):  # every rank reported: it died tearing down
+                return  # (gloo's threads can abort interpreter exit, pytorch/pytorch#179291)
             _failed(result, store, f"rank {exc.error_index} {_exit_text(exc.exit_code)}")
             return
         now = time.monotonic()
