@@ -378,3 +378,21 @@ def test_race_stops_when_the_interval_excludes_a_tie():
     race = recorded.plans[2]  # after the baseline and the loader stage's sweep
     contenders = len({t.split(" #")[0] for t in race})
     assert len(race) > 2 * contenders and len(ran_of(recorded, race)) == 2 * contenders
+
+
+def test_a_pick_the_confirmation_finds_within_noise_is_listed_as_rejected():
+    """bf16 wins its stage cleanly, then measures as the defaults in the confirmation: the
+    defaults are kept and the result says why the pick went, with the confirmed figure."""
+    stage = {"name": ""}
+
+    def timing(knobs: Knobs) -> dict:
+        fast = knobs.amp_dtype is not None and stage["name"] != "confirm"
+        return record(0.09 if fast else 0.1)
+
+    tuner, _ = search(timing, Options(groups=frozenset({"amp"})))
+    tuner.on_stage = lambda name: stage.update(name=name)
+    outcome = tuner.run()
+    assert outcome.knobs.amp_dtype is None and outcome.confirmed
+    (reason,) = [r.reason for r in outcome.rejected if r.trial_id.startswith("amp=bfloat16")
+                 and "confirmed" in r.reason]
+    assert reason.startswith("within noise of the defaults when confirmed (+0.0% over ")

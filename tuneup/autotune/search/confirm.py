@@ -63,6 +63,9 @@ def confirm(search: Search) -> Outcome:
     needs_headroom = any(c.stage == HEADROOM for c in search.changes)
     if step[winner.trial.knobs] * gain > step[default] and not needs_headroom:
         search.note("confirm: nothing beat PyTorch defaults beyond noise; keeping defaults")
+        measured = step[default] / step[winner.trial.knobs] - 1
+        search.reject(winner, f"within noise of the defaults when confirmed ({measured:+.1%} "
+                              f"over {rounds} interleaved rounds)")
         winner = default_run
     outcome.knobs = winner.trial.knobs
     batch = search.facts.samples_per_step
