@@ -396,3 +396,18 @@ def test_a_pick_the_confirmation_finds_within_noise_is_listed_as_rejected():
     (reason,) = [r.reason for r in outcome.rejected if r.trial_id.startswith("amp=bfloat16")
                  and "confirmed" in r.reason]
     assert reason.startswith("within noise of the defaults when confirmed (+0.0% over ")
+
+
+def test_a_stage_the_budget_cannot_hold_says_how_much_more_it_needs():
+    tuner, _ = search(lambda knobs: record(0.1, warmup_s=0.5), Options(groups=frozenset({"loader"})),
+                      budget=14.0)
+    outcome = tuner.run()
+    (note,) = [n for n in outcome.notes if "budget too small" in n]
+    needed = float(note.split("needs ~")[1].split(" s more")[0])
+    assert note.startswith("loader: skipped") and needed > 0
+    # that much more budget is enough for the stage
+    tuner, recorded = search(lambda knobs: record(0.1, warmup_s=0.5),
+                             Options(groups=frozenset({"loader"})), budget=14.0 + needed + 1)
+    outcome = tuner.run()
+    assert not [n for n in outcome.notes if "budget too small" in n]
+    assert any("workers" in t.id for t in recorded.ran)

@@ -77,6 +77,12 @@ class Budget:
     def affordable(self, trials: int, extra_s: float = 0.0) -> int:
         """How many of ``trials`` fit in the budget after a reserve for one confirmation round
         (and, in low-impact stages, for the compile stage still to come)."""
+        return max(0, min(trials, int(self._spare(extra_s) // self.trial_seconds())))
+
+    def shortfall(self, trials: int) -> float:
+        """Seconds of budget missing for ``trials`` more (0 when they fit)."""
+        return max(0.0, trials * self.trial_seconds() - self._spare())
+
+    def _spare(self, extra_s: float = 0.0) -> float:
         reserve = self.confirm_reserve() + self.reserve_s
-        left = self.time_left() - reserve - self.startup_seconds() - extra_s
-        return max(0, min(trials, int(left // self.trial_seconds())))
+        return self.time_left() - reserve - self.startup_seconds() - extra_s

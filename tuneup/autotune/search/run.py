@@ -125,7 +125,8 @@ class Search:
             return None
         fits = self.budget.affordable(len(trials) + 2)
         if fits < 2:
-            self.note(f"{self.stage_label}: skipped, budget too small")
+            self.note(f"{self.stage_label}: skipped, budget too small (needs ~"
+                      f"{self.budget.shortfall(2):.0f} s more: a larger --budget)")
             return None
         repeat = stop is None and fits >= 3
         plan = [self.trial(self.incumbent)] + trials[:fits - 1 - repeat]
