@@ -132,14 +132,15 @@ def wait_for_window(sampler: StackSampler, pid: int, timeout: float = 20.0) -> S
 @pytest.mark.slow
 @needs_py_spy
 def test_py_spy_on_a_real_job_sees_its_loading(spinner, monkeypatch):
-    monkeypatch.setattr(stacks, "WINDOW_S", 1)
+    monkeypatch.setattr(stacks, "WINDOW_S", 3)  # ~30 samples: a share, not a coin toss
     with StackSampler(PY_SPY) as sampler:
         counts = wait_for_window(sampler, spinner.pid)
         if sampler.note is not None:  # ptrace refused here: the message says what to allow
             assert sampler.note == stacks.PTRACE_NOTE
             return
-        assert counts is not None and counts.total >= 5  # 10 a second, a 1 s window
-        assert 0.5 <= counts.loading / counts.total <= 0.95, counts  # 75 % by construction
+        assert counts is not None and counts.total >= 10  # 10 a second, a 3 s window
+        # 75 % by construction; with ~30 samples, all of them in loading is a 1-in-5000 event
+        assert 0.4 <= counts.loading / counts.total <= 0.97, counts
         assert sampler.window is not None  # the next window runs
         time.sleep(0.5)
         tail = sampler.close()  # SIGINT: py-spy writes what it took
