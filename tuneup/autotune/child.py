@@ -85,15 +85,7 @@ def _parent_gone(parent_pid: int, direct_parent: int) -> bool:
     """The direct parent changed (it died), or ``tuneup autotune`` above it is gone."""
     if os.getppid() != direct_parent:
         return True
-    if direct_parent == parent_pid:
-        return False
-    try:
-        os.kill(parent_pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        pass
-    return False
+    return direct_parent != parent_pid and not protocol.alive(parent_pid)
 
 
 class TrialSession(hooks.Observer):

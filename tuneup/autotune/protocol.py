@@ -8,6 +8,7 @@ details and every field are in docs/probe-protocol.md.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,6 +62,18 @@ class Plan:
         if self.reference is not None:
             data["reference"] = str(self.reference)
         return json.dumps(data, indent=1)
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` runs: the child's test of its parent at every step (one
+    syscall), the parent's of the owners of stale work directories."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # it runs, as another user
+    return True
 
 
 def for_rank(path: Path, rank: int) -> Path:

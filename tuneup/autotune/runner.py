@@ -133,23 +133,13 @@ def sweep_stale_workdirs() -> list[Path]:
     removed = []
     for folder in Path(tempfile.gettempdir()).glob(f"{WORKDIR_PREFIX}*-*"):
         owner = folder.name[len(WORKDIR_PREFIX):].split("-", 1)[0]
-        if not owner.isdigit() or _alive(int(owner)) or not folder.is_dir():
+        if not owner.isdigit() or protocol.alive(int(owner)) or not folder.is_dir():
             continue
         with contextlib.suppress(OSError):
             if folder.stat().st_uid == os.getuid():
                 shutil.rmtree(folder)
                 removed.append(folder)
     return removed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def kill_tree(pid: int) -> None:
