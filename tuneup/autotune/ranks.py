@@ -20,7 +20,7 @@ from tuneup.autotune import protocol
 
 
 class RankEvents:
-    """Merges the event streams of ``ranks`` processes (rank 0 is the one that reports)."""
+    """Merges the event streams of ``ranks`` processes into one (rank 0's figures first)."""
 
     def __init__(self, ranks: int) -> None:
         self.ranks = ranks
