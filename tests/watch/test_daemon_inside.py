@@ -36,13 +36,20 @@ WITH_CHILD = ("import subprocess, sys, time, tuneup\n"
 
 @pytest.fixture
 def spawn() -> Iterator[Any]:
-    """Starts Python processes for a test (``-c`` code, or a script); kills them after it."""
+    """Starts Python processes for a test (``-c`` code, or a script); kills them after it.
+
+    Popen returns when ``exec`` has closed the error pipe, before the kernel sets the new
+    command line: under load a finder can read an empty one for a while (a process it
+    reads again next tick, as the daemon does). A started process here is past that."""
     started: list[psutil.Process] = []
 
     def start(code: str = SLEEPS, script: str | None = None, **popen: Any) -> subprocess.Popen:
         command = [sys.executable, script] if script else [sys.executable, "-c", code]
         process = subprocess.Popen(command, **popen)
         started.append(psutil.Process(process.pid))
+        deadline = time.monotonic() + 30
+        while not started[-1].cmdline() and time.monotonic() < deadline:
+            time.sleep(0.01)
         return process
 
     yield start
@@ -231,6 +238,4 @@ def test_a_process_caught_inside_exec_is_read_again_next_tick(spawn):
                         else psutil.Process(pid))
     assert finder.find() == []
     caught[0] = False
-    while not psutil.Process(job.pid).cmdline():  # the real one may be inside exec too
-        time.sleep(0.01)
     assert [f.pid for f in finder.find()] == [job.pid]
