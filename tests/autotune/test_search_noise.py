@@ -43,18 +43,24 @@ def noisy(noise: float, rng: random.Random):
     return timing
 
 
-def right_picks(noise: float, seeds: int) -> float:
-    right = 0
+def picks(noise: float, seeds: int) -> tuple[float, float]:
+    """Shares of seeds whose pick is right, and whose speed-up is confirmed."""
+    right = confirmed = 0
     for seed in range(seeds):
-        tuner, _ = search(noisy(noise, random.Random(seed)), Options(), budget=300)
-        right += true_step(tuner.run().knobs) <= BEST / 0.97
-    return right / seeds
+        tuner, recorded = search(noisy(noise, random.Random(seed)), Options(), budget=300)
+        outcome = tuner.run()
+        right += true_step(outcome.knobs) <= BEST / 0.97
+        confirmed += outcome.confirmed and recorded.clock <= 300
+    return right / seeds, confirmed / seeds
 
 
 # Measured on 300-seed sets (0-299, 1000-1299, 2000-2299, 3000-3299): 5 % noise 1.00; 10 %
-# 1.00; 20 % 0.967, 0.973, 0.973, 0.977 (0.893 before the races were paced to the budget,
-# with a stop rule per comparison). The issue's target for 20 % is 0.95; the floors here
-# guard what is reached, a few seeds below what was measured on these seeds (0-299).
+# 0.997, 1.00, 1.00, 1.00; 20 % 0.970, 0.967, 0.983, 0.950, every result confirmed within the
+# budget. Before, 20 % gave 0.893 with a fixed repeat count, then 0.967-0.977 with races paced
+# to the budget, but a third of those results went unconfirmed: the compile race spent the
+# confirmation's compile. The floors guard what is reached on seeds 0-299.
 @pytest.mark.parametrize(("noise", "share"), [(0.05, 0.98), (0.10, 0.98), (0.20, 0.95)])
 def test_the_right_pick_under_noise(noise, share):
-    assert right_picks(noise, seeds=300) >= share
+    right, confirmed = picks(noise, seeds=300)
+    assert right >= share
+    assert confirmed == 1.0

@@ -12,7 +12,8 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from tuneup.autotune.search import Outcome
+from tuneup.autotune.search import Outcome, describe
+from tuneup.autotune.search.outcome import RunnerUp
 from tuneup.autotune.trials import Trial, TrialResult
 from tuneup.autotune.space import default_value
 
@@ -95,6 +96,7 @@ def to_json(outcome: Outcome, script: Path, output: Path | None, elapsed_s: floa
         "speedup_interval": ([round(v, 3) for v in outcome.speedup_interval]
                              if outcome.speedup_interval else None),
         "confirmed": outcome.confirmed,
+        "runner_up": _runner_up_json(outcome.runner_up),
         "knobs": {name: {"default": default, "chosen": chosen}
                   for name, default, chosen in knob_rows(outcome)},
         "settings_knobs": outcome.knobs.to_dict(),
@@ -104,6 +106,24 @@ def to_json(outcome: Outcome, script: Path, output: Path | None, elapsed_s: floa
         "elapsed_s": round(elapsed_s, 1),
         "budget_s": budget_s,
     }
+
+
+def _runner_up_json(runner_up: RunnerUp | None) -> dict[str, Any] | None:
+    if runner_up is None:
+        return None
+    return {"label": describe(runner_up.knobs), "settings_knobs": runner_up.knobs.to_dict(),
+            "relative_speed": round(runner_up.relative_speed, 3),
+            "confidence": round(runner_up.confidence, 3)}
+
+
+def runner_up_text(runner_up: RunnerUp) -> str:
+    """``runner-up: amp=bfloat16 at 0.94x the pick's speed; the pick is faster with 97 %
+    confidence``; below 50 % the rounds call it a tie, and the notes say why the pick
+    stands (the simpler settings, compile on all its rounds, the defaults)."""
+    label = describe(runner_up.knobs) if runner_up.knobs.changed() else "PyTorch defaults"
+    text = (f"runner-up: {label} at {runner_up.relative_speed:.2f}x the "
+            f"pick's speed; the pick is faster with {runner_up.confidence:.0%} confidence")
+    return text if runner_up.confidence >= 0.5 else text + " (a tie on these rounds: see the notes)"
 
 
 def _trial_json(result: TrialResult) -> dict[str, Any]:
@@ -132,6 +152,8 @@ def print_table(console: Console, outcome: Outcome, output: Path | None, elapsed
     console.print(f"samples/s: defaults {outcome.baseline_samples_per_s:,.0f} -> tuned "
                   f"{outcome.tuned_samples_per_s:,.0f}, "
                   f"speedup [bold]{escape(speedup_text(outcome))}[/bold]", highlight=False)
+    if outcome.runner_up is not None:
+        console.print(runner_up_text(outcome.runner_up), highlight=False, markup=False)
     ranks = f" on each of {hw.ranks} ranks" if hw.ranks > 1 else ""
     console.print(f"({hw.device}, effective batch {hw.effective_batch}{ranks}, "
                   f"{len(outcome.results)} trials in {elapsed_s:.0f} s)", highlight=False)

@@ -7,6 +7,7 @@ knobs merge into one. Every other module reads these figures; none recomputes th
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from dataclasses import dataclass, field
@@ -150,18 +151,74 @@ def paired_steps(a: list[TrialResult], b: list[TrialResult]) -> tuple[list[float
     return [x for x, _ in pairs], [y for _, y in pairs]
 
 
-T_95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26}
+def student_t_cdf(t: float, df: int) -> float:
+    """P(T <= t) for Student's t with ``df`` degrees of freedom, through the regularised
+    incomplete beta function: I_x(df/2, 1/2) with x = df / (df + t^2) is P(|T| > |t|)."""
+    tail = _incomplete_beta(df / (df + t * t), df / 2, 0.5) / 2
+    return 1 - tail if t > 0 else tail
+
+
+@functools.lru_cache(maxsize=256)
+def student_t_quantile(p: float, df: int) -> float:
+    """The t with ``student_t_cdf(t, df) == p`` (0.5 < p < 1), by bisection."""
+    low, high = 0.0, 1e3
+    for _ in range(60):
+        middle = (low + high) / 2
+        low, high = (middle, high) if student_t_cdf(middle, df) < p else (low, middle)
+    return (low + high) / 2
+
+
+def _incomplete_beta(x: float, a: float, b: float) -> float:
+    """I_x(a, b) by its continued fraction (modified Lentz), on the side where it converges
+    fast (x < (a + 1) / (a + b + 2), else through I_x(a, b) = 1 - I_{1-x}(b, a))."""
+    if x <= 0.0 or x >= 1.0:
+        return max(0.0, min(1.0, x))
+    if x > (a + 1) / (a + b + 2):
+        return 1 - _incomplete_beta(1 - x, b, a)
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b)
+                     + a * math.log(x) + b * math.log1p(-x)) / a
+    tiny = 1e-300
+    c, d = 1.0, 1 - (a + b) * x / (a + 1)
+    d = 1 / (d if abs(d) > tiny else tiny)
+    fraction = d
+    for m in range(1, 300):
+        for numerator in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+                          -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
+            d = 1 + numerator * d
+            d = 1 / (d if abs(d) > tiny else tiny)
+            c = 1 + numerator / c if abs(1 + numerator / c) > tiny else tiny
+            fraction *= c * d
+        if abs(c * d - 1) < 1e-12:
+            break
+    return front * fraction
+
+
+def _log_ratios(slower: list[float], faster: list[float]) -> list[float]:
+    return [math.log(a / b) for a, b in zip(slower, faster) if a > 0 and b > 0]
 
 
 def log_ratio_interval(slower: list[float], faster: list[float]) -> tuple[float, float] | None:
-    """95 % interval of the mean of ``log(slower_i / faster_i)`` over paired measurements
-    (each pair taken next to each other in time); None with fewer than two pairs."""
-    logs = [math.log(a / b) for a, b in zip(slower, faster) if a > 0 and b > 0]
+    """95 % interval (Student's t) of the mean of ``log(slower_i / faster_i)`` over paired
+    measurements (each pair taken next to each other in time); None with fewer than two."""
+    logs = _log_ratios(slower, faster)
     if len(logs) < 2:
         return None
     centre = statistics.fmean(logs)
-    half = T_95.get(len(logs) - 1, 2.0) * statistics.stdev(logs) / math.sqrt(len(logs))
+    half = student_t_quantile(0.975, len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
     return centre - half, centre + half
+
+
+def confidence_faster(slower: list[float], faster: list[float]) -> float | None:
+    """How sure the paired measurements make it that ``faster`` is the faster side: the
+    one-sided t probability that the mean of ``log(slower_i / faster_i)`` is above 0 (what
+    a flat prior gives as the chance it truly is). None with fewer than two pairs."""
+    logs = _log_ratios(slower, faster)
+    if len(logs) < 2:
+        return None
+    centre, spread = statistics.fmean(logs), statistics.stdev(logs)
+    if spread == 0:
+        return 1.0 if centre > 0 else 0.0 if centre < 0 else 0.5
+    return student_t_cdf(centre / (spread / math.sqrt(len(logs))), len(logs) - 1)
 
 
 def merge(results: list[TrialResult]) -> TrialResult | None:

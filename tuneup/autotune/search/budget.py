@@ -31,7 +31,8 @@ class Budget:
 
     ``typical`` is the result trial times are estimated from (the incumbent's latest run),
     ``baseline`` the defaults' run; ``reserve_s`` is what the current stage must leave for
-    later ones.
+    later ones; ``compile_s`` the measured cost of a cold compile (0 until the compile
+    stage), which a confirmation of compiled settings pays once.
     """
 
     def __init__(self, executor: Executor) -> None:
@@ -39,6 +40,7 @@ class Budget:
         self.baseline: TrialResult | None = None
         self.typical: TrialResult | None = None
         self.reserve_s = 0.0
+        self.compile_s = 0.0
 
     def time_left(self) -> float:
         return self.executor.time_left()
@@ -71,8 +73,10 @@ class Budget:
         return bool(space.compile_modes(facts)) and left >= 0
 
     def confirm_reserve(self) -> float:
-        """Two confirmation rounds of the pick and the defaults."""
-        return self.startup_seconds() + 4 * self.trial_seconds()
+        """Two confirmation rounds of the pick and the defaults, in a process that compiles
+        once when the pick is compiled."""
+        rounds = 2 * (self.trial_seconds() + self.trial_seconds(self.baseline))
+        return self.startup_seconds() + self.compile_s + rounds
 
     def affordable(self, trials: int, extra_s: float = 0.0) -> int:
         """How many of ``trials`` fit in the budget after a reserve for one confirmation round

@@ -1,15 +1,28 @@
-"""The last step: the pick, the defaults and the least certain simplification re-run
-interleaved in one process, as many rounds as the budget left allows."""
+"""The last step: the pick, the defaults and one simplification re-run interleaved in one
+process, as many rounds as the budget left allows.
+
+The simplification undoes the least certain change, or a change measured before a later
+one it interacts with (a micro-batch picked eagerly, then compile; threads picked beside
+other workers): that pair is re-checked jointly here, not only stage by stage. With no
+such change it undoes the smallest gain: the pick's closest rival, its runner-up."""
 
 from __future__ import annotations
 
 import math
+import statistics
 from typing import TYPE_CHECKING
 
 from tuneup.autotune.search.labels import describe
-from tuneup.autotune.search.outcome import Outcome
-from tuneup.autotune.search.stages import HEADROOM
-from tuneup.autotune.trials import TrialResult, log_ratio_interval, merge, typical_step
+from tuneup.autotune.search.outcome import Change, Outcome, RunnerUp
+from tuneup.autotune.search.stages import HEADROOM, compile_verdict
+from tuneup.autotune.trials import (
+    TrialResult,
+    confidence_faster,
+    log_ratio_interval,
+    merge,
+    paired_steps,
+    typical_step,
+)
 from tuneup.settings import Knobs
 
 if TYPE_CHECKING:
@@ -19,25 +32,24 @@ MIN_ROUNDS, MAX_ROUNDS = 2, 12
 
 
 def confirm(search: Search) -> Outcome:
-    """Re-run the winner, the defaults and a simpler alternative; within noise the simpler
-    settings win. The speed-up is the median of per-round ratios, with its 95 % interval."""
+    """Re-run the winner, the defaults and a rival; within noise the simpler settings win.
+    The speed-up is the geometric mean of per-round ratios, with its 95 % interval."""
     assert search.baseline is not None and search.incumbent_result is not None
     search.on_stage("confirm")
     _name_a_noisy_machine(search)
-    judge, budget = search.judge, search.budget
+    judge = search.judge
     tuned, default = search.incumbent, Knobs()
     outcome = Outcome(search.facts, tuned, judge.speed(search.baseline),
                       judge.speed(search.incumbent_result), search.results, search.rejected,
                       search.notes)
-    if tuned == default:
+    alternative = simpler_alternative(search)
+    rival = alternative or _compile_rival(search) or closest_rival(search)
+    configs = list(dict.fromkeys(k for k in (tuned, default, rival) if k is not None))
+    if len(configs) < 2:  # the defaults, and nothing left within reach of them
         outcome.tuned_samples_per_s = outcome.baseline_samples_per_s
         return outcome
-    configs = [tuned, default]
-    alternative = simpler_alternative(search)
-    if alternative is not None and alternative != default:
-        configs.append(alternative)
     rounds = _affordable_rounds(search, configs)
-    if rounds < MIN_ROUNDS and len(configs) > 2:  # the alternative's compile does not fit
+    if rounds < MIN_ROUNDS and len(configs) > 2:  # the rival's compile does not fit
         configs = configs[:2]
         rounds = _affordable_rounds(search, configs)
     if rounds < MIN_ROUNDS:
@@ -46,34 +58,94 @@ def confirm(search: Search) -> Outcome:
         return outcome
     results = search.measure([search.trial(k) for _ in range(rounds) for k in configs])
     runs = {k: [r for r in results if r.trial.knobs == k] for k in configs}
-    merged = {k: merge(v) for k, v in runs.items()}
-    tuned_run, default_run = merged[tuned], merged[default]
-    if tuned_run is None or default_run is None:
+    if merge(runs[tuned]) is None or merge(runs[default]) is None:
         search.note("confirm: re-runs failed; the speed-up is UNCONFIRMED "
                     "(single trials of the stages)")
         return outcome
     step = {k: typical_step(v) for k, v in runs.items()}  # medians over the rounds decide
-    gain = 1 + search.options.min_gain
-    winner = tuned_run
-    alt_run = merged.get(alternative) if alternative is not None else None
-    if alt_run is not None and step[tuned] * gain > step[alternative]:
-        search.note(f"confirm: {describe(alternative)} is as fast within noise; "
-                    "keeping the simpler settings")
-        winner = alt_run
-    needs_headroom = any(c.stage == HEADROOM for c in search.changes)
-    if step[winner.trial.knobs] * gain > step[default] and not needs_headroom:
-        search.note("confirm: nothing beat PyTorch defaults beyond noise; keeping defaults")
-        measured = step[default] / step[winner.trial.knobs] - 1
-        search.reject(winner, f"within noise of the defaults when confirmed ({measured:+.1%} "
-                              f"over {rounds} interleaved rounds)")
-        winner = default_run
-    outcome.knobs = winner.trial.knobs
+    pick = _decide(search, runs, step, alternative)
+    outcome.knobs = pick
     batch = search.facts.samples_per_step
-    outcome.tuned_samples_per_s = batch / step[winner.trial.knobs]
+    outcome.tuned_samples_per_s = batch / step[pick]
     outcome.baseline_samples_per_s = batch / step[default]
     outcome.confirmed = True
-    outcome.speedup_interval = ratio_interval(runs[winner.trial.knobs], runs[default])
+    outcome.speedup_interval = ratio_interval(runs[pick], runs[default])
+    outcome.runner_up = runner_up(pick, runs, step)
     return outcome
+
+
+def _decide(search: Search, runs: dict[Knobs, list[TrialResult]], step: dict[Knobs, float],
+            alternative: Knobs | None) -> Knobs:
+    """The pick after the confirmation's rounds: compile decided again on its race's and
+    these rounds together, the simpler alternative when as fast, the defaults unless
+    beaten beyond noise (a micro-batch for memory headroom stays)."""
+    gain = 1 + search.options.min_gain
+    pick = _redecide_compile(search, runs, search.incumbent)
+    if alternative is not None and merge(runs.get(alternative, [])) is not None and (
+            step[pick] * gain > step[alternative]):
+        search.note(f"confirm: {describe(alternative)} is as fast within noise; "
+                    "keeping the simpler settings")
+        pick = alternative
+    default = Knobs()
+    needs_headroom = any(c.stage == HEADROOM for c in search.changes)
+    if step[pick] * gain > step[default] and not needs_headroom:
+        search.note("confirm: nothing beat PyTorch defaults beyond noise; keeping defaults")
+        measured = step[default] / step[pick] - 1
+        loser = merge(runs[pick])
+        assert loser is not None
+        search.reject(loser, f"within noise of the defaults when confirmed ({measured:+.1%} "
+                             f"over {len(runs[default])} interleaved rounds)")
+        pick = default
+    return pick
+
+
+def _compile_rival(search: Search) -> Knobs | None:
+    """The other side of the compile race, when the pick is one side of it."""
+    race = search.compile_race
+    if race is None or search.incumbent not in (race.eager, race.compiled):
+        return None
+    return race.compiled if search.incumbent == race.eager else race.eager
+
+
+def _redecide_compile(search: Search, runs: dict[Knobs, list[TrialResult]], pick: Knobs
+                      ) -> Knobs:
+    """Compile decided again when both sides of its race were re-run: the race's rounds and
+    the confirmation's together, by the stage's own rule."""
+    race = search.compile_race
+    if race is None or not all(merge(runs.get(k, [])) is not None
+                               for k in (race.eager, race.compiled)):
+        return pick
+    eager_runs = race.runs[race.eager] + runs[race.eager]
+    compiled_runs = race.runs[race.compiled] + runs[race.compiled]
+    reason = compile_verdict(search, eager_runs, compiled_runs)
+    rounds = len(runs[race.compiled])
+    if reason is None and pick == race.eager:
+        if race.rejection in search.rejected:
+            search.rejected.remove(race.rejection)
+        search.note(f"confirm: {describe(race.compiled)} kept after all: faster with the "
+                    f"confirmation's {rounds} rounds added to its stage's")
+        return race.compiled
+    if reason is not None and pick == race.compiled:
+        loser = merge(runs[race.compiled])
+        assert loser is not None
+        search.reject(loser, f"{reason}, with the confirmation's {rounds} rounds added")
+        return race.eager
+    return pick
+
+
+def runner_up(pick: Knobs, runs: dict[Knobs, list[TrialResult]], step: dict[Knobs, float]
+              ) -> RunnerUp | None:
+    """The fastest of the other confirmed settings, against the pick, round by round."""
+    others = [k for k in runs if k != pick and math.isfinite(step[k])]
+    if not others:
+        return None
+    second = min(others, key=lambda k: step[k])
+    theirs, ours = paired_steps(runs[second], runs[pick])
+    confidence = confidence_faster(theirs, ours)
+    if confidence is None:
+        return None
+    relative = math.exp(statistics.fmean(math.log(p / s) for s, p in zip(theirs, ours)))
+    return RunnerUp(second, relative, confidence)
 
 
 def _affordable_rounds(search: Search, configs: list[Knobs]) -> int:
@@ -84,8 +156,8 @@ def _affordable_rounds(search: Search, configs: list[Knobs]) -> int:
     per_round = budget.trial_seconds() + (len(configs) - 1) * budget.trial_seconds(
         search.baseline)
     compiled = len({k for k in configs if k.compile_mode})
-    per_round += search.compile_s * compiled if compiled > 1 else 0.0
-    fixed = budget.startup_seconds() + (search.compile_s if compiled == 1 else 0.0)
+    per_round += budget.compile_s * compiled if compiled > 1 else 0.0
+    fixed = budget.startup_seconds() + (budget.compile_s if compiled == 1 else 0.0)
     return min(MAX_ROUNDS, int((budget.time_left() - fixed) // per_round))
 
 
@@ -115,14 +187,36 @@ def ratio_interval(picked: list[TrialResult], defaults: list[TrialResult]
     return None if interval is None else (math.exp(interval[0]), math.exp(interval[1]))
 
 
+# (earlier stage, later stage): a choice of the earlier one measured without the later change
+INTERACTING = {("batch", "compile"), ("threads", "loader"), ("loader", "threads")}
+
+
 def simpler_alternative(search: Search) -> Knobs | None:
-    """The incumbent without its least certain change (the one with the smallest gain)."""
-    uncertain = [c for c in search.changes if c.stage not in ("compile", HEADROOM)
-                 and c.gain < 2 * search.options.min_gain + 0.05]
-    if not uncertain:
-        return None
-    change = min(uncertain, key=lambda c: c.gain)
+    """The incumbent without its least certain change (the smallest gain) among those
+    gaining little or made before a later change they interact with."""
+    changes = [c for c in search.changes if c.stage != HEADROOM]
+    doubtful = [c for i, c in enumerate(changes) if c.stage != "compile"
+                and (c.gain < 2 * search.options.min_gain + 0.05
+                     or _interacts_later(c, changes[i + 1:]))]
+    return _undo(search, min(doubtful, key=lambda c: c.gain)) if doubtful else None
+
+
+def closest_rival(search: Search) -> Knobs | None:
+    """The incumbent without the change that gained least: re-run beside the pick only to
+    say how sure the pick is, since the stages settled it already. A compiled pick's rival
+    is the pick without compile (a second compiled setting would compile every round)."""
+    changes = [c for c in search.changes if c.stage != HEADROOM]
+    if search.incumbent.compile_mode:
+        changes = [c for c in changes if c.stage == "compile"]
+    return _undo(search, min(changes, key=lambda c: c.gain)) if changes else None
+
+
+def _undo(search: Search, change: Change) -> Knobs | None:
     undone = {k: getattr(change.before, k) for k, v in change.after.to_dict().items()
               if getattr(change.before, k) != v}
     alternative = search.incumbent.replace(**undone)
     return None if alternative == search.incumbent else alternative
+
+
+def _interacts_later(change: Change, later: list[Change]) -> bool:
+    return any((change.stage, c.stage) in INTERACTING for c in later)

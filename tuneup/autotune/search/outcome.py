@@ -25,6 +25,17 @@ class Change:
     gain: float
 
 
+@dataclass(frozen=True)
+class RunnerUp:
+    """The fastest other settings re-run in the confirmation, set against the pick:
+    ``relative_speed`` is its speed over the pick's (geometric mean of the paired rounds),
+    ``confidence`` the chance, from those rounds, that the pick is the faster one."""
+
+    knobs: Knobs
+    relative_speed: float
+    confidence: float
+
+
 @dataclass
 class Outcome:
     """The search's answer. ``confirmed``: the speed-up comes from interleaved re-runs of
@@ -39,6 +50,7 @@ class Outcome:
     notes: list[str] = field(default_factory=list)
     confirmed: bool = False
     speedup_interval: tuple[float, float] | None = None
+    runner_up: RunnerUp | None = None
 
     @property
     def speedup(self) -> float:

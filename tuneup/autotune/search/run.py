@@ -11,7 +11,7 @@ from tuneup.autotune.search.confirm import confirm
 from tuneup.autotune.search.judge import Judge, Options, Rejection
 from tuneup.autotune.search.labels import complexity, consistent, describe
 from tuneup.autotune.search.outcome import Change, Outcome
-from tuneup.autotune.search.stages import STAGES, measure_baseline
+from tuneup.autotune.search.stages import STAGES, CompileRace, measure_baseline
 from tuneup.autotune.space import ScriptFacts
 from tuneup.autotune.trials import (
     Trial,
@@ -56,8 +56,8 @@ class Search:
         self.incumbent = Knobs()
         self.baseline: TrialResult | None = None
         self.speedup = 1.0  # incumbent over baseline, chained through the stages
-        self.compile_s = 0.0  # measured cost of a cold compile (0 until the compile stage)
         self.stage_label = "baseline"
+        self.compile_race: CompileRace | None = None  # for the confirmation to go on with
         self._ids: dict[str, int] = {}
 
     @property

@@ -7,10 +7,12 @@ Each stage starts from the search's incumbent, measures it again beside its cand
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from tuneup.autotune import protocol, space
 from tuneup.autotune.search.budget import COMPILE_GUESS_S
+from tuneup.autotune.search.judge import Rejection
 from tuneup.autotune.search.outcome import SearchError
 from tuneup.autotune.trials import Trial, TrialResult, merge, typical_step
 from tuneup.settings import Knobs
@@ -201,6 +203,19 @@ def threads(search: Search) -> None:
     search.compare("threads", search.candidates("cpu_threads", list(counts)))
 
 
+@dataclass
+class CompileRace:
+    """The compile stage's race, kept for the confirmation: when compile was adopted or
+    left within reach (not shown slower), the confirmation re-runs the other side beside
+    the pick and decides again on all these rounds together. ``rejection``: the stage's,
+    withdrawn if the pooled rounds adopt compile."""
+
+    eager: Knobs
+    compiled: Knobs
+    runs: dict[Knobs, list[TrialResult]]
+    rejection: Rejection | None = None
+
+
 @stage("compile")
 def compile_(search: Search) -> None:
     if search.facts.on_cuda and search.incumbent.cudnn_benchmark is None:
@@ -216,23 +231,37 @@ def compile_(search: Search) -> None:
         if first is None:
             continue
         reference, result, paired = first
+        # a compiled pick's confirmation compiles once more: the race leaves room for it
+        search.budget.compile_s = max(search.budget.compile_s,
+                                      _compile_seconds([result], [reference]))
         # gains are often within noise; the race decides against the gain that repays the
         # compile (or min_gain, the larger), the figure the decision below needs
         runs = search.race([reference, result], COMPILE_RACE_ROUNDS,
                            tie=max(search.options.min_gain, _break_even(search, reference, result)),
                            paired=paired)
-        compiled = merge(runs.get(result.trial.knobs, []))
+        compiled_runs = runs.get(result.trial.knobs, [])
+        compiled = merge(compiled_runs)
         if compiled is None:
             continue  # raced out: slower
         # eager raced out means compile is faster with confidence; its runs still count
         eager_runs = (runs.get(reference.trial.knobs)
                       or search.raced_out.get(reference.trial.knobs) or [reference])
         eager = merge(eager_runs) or reference
-        steps = (typical_step(eager_runs), typical_step(runs[result.trial.knobs]))
-        compile_s = _compile_seconds(runs[result.trial.knobs], eager_runs)
-        search.compile_s = max(search.compile_s, compile_s)
-        if _amortised(search, compiled, compile_s, *steps):
+        search.budget.compile_s = max(search.budget.compile_s,
+                                      _compile_seconds(compiled_runs, eager_runs))
+        reason = compile_verdict(search, eager_runs, compiled_runs)
+        race = CompileRace(eager.trial.knobs, compiled.trial.knobs,
+                           {eager.trial.knobs: eager_runs, compiled.trial.knobs: compiled_runs})
+        if reason is None:
             search.adopt(compiled, eager, "compile")
+            # later trials' estimates: a warm re-run's warm-up (compile_s is paid per process)
+            search.budget.typical = replace(compiled, warmup_s=min(
+                (r.warmup_s for r in compiled_runs if r.warmup_s is not None), default=None))
+        else:
+            search.reject(compiled, reason)
+            race.rejection = search.rejected[-1]
+        if reason is None or not reason.startswith("slower"):
+            search.compile_race = race
 
 
 FirstProcess = tuple[TrialResult, TrialResult, dict[Knobs, list[TrialResult]]]
@@ -277,20 +306,21 @@ def _compile_seconds(compiled: list[TrialResult], eager: list[TrialResult]) -> f
     return max(0.0, cold - min((r.warmup_s or 0.0) for r in eager))
 
 
-def _amortised(search: Search, compiled: TrialResult, compile_s: float, eager_step: float,
-               compiled_step: float) -> bool:
-    """Faster by at least ``min_gain`` (median step times), and (eager step - compiled step)
-    x expected steps exceeds the compile time."""
+def compile_verdict(search: Search, eager_runs: list[TrialResult],
+                    compiled_runs: list[TrialResult]) -> str | None:
+    """Why compile is not kept (None: it is): it must be faster by at least ``min_gain``
+    (the mean of each side's faster half), and (eager step - compiled step) x expected
+    steps must exceed the compile time measured on these runs."""
+    eager_step, compiled_step = typical_step(eager_runs), typical_step(compiled_runs)
+    compile_s = _compile_seconds(compiled_runs, eager_runs)
     steps = search.options.expected_steps
     saved = (eager_step - compiled_step) * steps
     if compiled_step * (1 + search.options.min_gain) > eager_step:
         gain = eager_step / compiled_step - 1
-        search.reject(compiled, f"within noise ({gain:+.1%})" if gain > -search.options.min_gain
-                      else f"slower ({gain:+.0%})")
-        return False
+        return (f"within noise ({gain:+.1%})" if gain > -search.options.min_gain
+                else f"slower ({gain:+.0%})")
     if saved <= compile_s:
-        search.reject(compiled, f"compile time {compile_s:.1f} s not repaid: saves "
-                                f"{(eager_step - compiled_step) * 1e3:.1f} ms/step x "
-                                f"{steps} steps = {saved:.1f} s")
-        return False
-    return True
+        return (f"compile time {compile_s:.1f} s not repaid: saves "
+                f"{(eager_step - compiled_step) * 1e3:.1f} ms/step x {steps} steps = "
+                f"{saved:.1f} s")
+    return None

@@ -1,0 +1,129 @@
+"""The confirmation on recorded timings (simulated clock): the runner-up and how sure the
+pick is, interacting knobs re-checked jointly, compile decided again on pooled rounds, and
+a compiled pick's confirmation held in the budget."""
+
+from __future__ import annotations
+
+import pytest
+from test_search import compute_bound, record, search
+
+from tuneup.autotune.report import runner_up_text, to_json
+from tuneup.autotune.search import Change, Options, Search
+from tuneup.autotune.search.confirm import simpler_alternative
+from tuneup.settings import Knobs
+
+COMPILE_S = 16.0
+
+
+def test_the_result_names_its_runner_up_and_how_sure_the_pick_is(tmp_path):
+    """bf16 then compile (0.8 of the step): the closest rival of a compiled pick is the pick
+    without compile, re-run beside it; the pick is faster round after round."""
+    outcome = search(compute_bound)[0].run()
+    assert outcome.knobs == Knobs(amp_dtype="bfloat16", compile_mode="default")
+    runner_up = outcome.runner_up
+    assert runner_up is not None and runner_up.knobs == Knobs(amp_dtype="bfloat16")
+    assert runner_up.relative_speed == pytest.approx(0.8, rel=0.02)
+    assert runner_up.confidence > 0.99
+    assert runner_up_text(runner_up) == ("runner-up: amp=bfloat16 at 0.80x the pick's speed; "
+                                         "the pick is faster with 100% confidence")
+    summary = to_json(outcome, tmp_path / "train.py", None, 1.0, 300.0)["runner_up"]
+    assert summary["label"] == "amp=bfloat16" and summary["confidence"] > 0.99
+    assert summary["settings_knobs"]["amp_dtype"] == "bfloat16"
+
+
+def test_a_single_change_has_the_defaults_as_runner_up():
+    outcome = search(lambda k: record(0.07 if k.amp_dtype else 0.1),
+                     Options(groups=frozenset({"amp"})))[0].run()
+    assert outcome.runner_up is not None and outcome.runner_up.knobs == Knobs()
+    assert runner_up_text(outcome.runner_up).startswith("runner-up: PyTorch defaults at 0.70x")
+
+
+def test_a_runner_up_the_pick_does_not_beat_is_said_to_be_within_noise():
+    from tuneup.autotune.search.outcome import RunnerUp
+    text = runner_up_text(RunnerUp(Knobs(num_workers=2), 1.01, 0.35))
+    assert text.endswith("with 35% confidence (a tie on these rounds: see the notes)")
+
+
+def micro_batch_then_compile(knobs: Knobs) -> dict:
+    """Eager, a micro-batch of 128 gains 12 %; compiled, it loses to the whole batch (the
+    compiled whole batch is the right pick)."""
+    compiled = {None: 0.07, 128: 0.075, 64: 0.09, 32: 0.1}
+    eager = {None: 0.1, 128: 0.088, 64: 0.095, 32: 0.1}
+    table = compiled if knobs.compile_mode else eager
+    return record(table[knobs.micro_batch_size],
+                  0.5 + (COMPILE_S if knobs.compile_mode else 0.0))
+
+
+def test_a_micro_batch_picked_before_compile_is_rechecked_with_compile():
+    tuner, recorded = search(micro_batch_then_compile,
+                             Options(groups=frozenset({"batch", "compile"})), budget=600)
+    outcome = tuner.run()
+    assert [c.stage for c in tuner.changes] == ["batch", "compile"]  # stage by stage
+    assert outcome.knobs == Knobs(compile_mode="default")  # jointly, at the end
+    assert outcome.confirmed
+    assert any("micro_batch=128,compile=default" in t.id for t in recorded.ran[-4:])
+
+
+def test_interacting_changes_are_doubtful_whatever_their_gain():
+    tuner = Search(search(compute_bound)[1])
+    micro = Knobs(micro_batch_size=128)
+    both = micro.replace(compile_mode="default")
+    tuner.incumbent = both
+    tuner.changes = [Change("batch", Knobs(), micro, 0.4), Change("compile", micro, both, 0.3)]
+    assert simpler_alternative(tuner) == Knobs(compile_mode="default")
+    tuner.changes = [Change("batch", Knobs(), micro, 0.4)]
+    tuner.incumbent = micro
+    assert simpler_alternative(tuner) is None  # a clear gain, nothing after it
+
+
+def compile_tied_in_its_stage(stage: dict):
+    """Compile measures as eager in its stage (a busy stretch of the machine), then 20 %
+    faster in the confirmation."""
+    def timing(knobs: Knobs) -> dict:
+        fast = knobs.compile_mode and stage["name"] == "confirm"
+        warmup = 0.5 + (COMPILE_S if knobs.compile_mode else 0.0)
+        return record(0.08 if fast else 0.1, warmup)
+    return timing
+
+
+def test_compile_rejected_in_its_stage_is_decided_again_on_the_pooled_rounds():
+    stage = {"name": ""}
+    tuner, _ = search(compile_tied_in_its_stage(stage), Options(groups=frozenset({"compile"})),
+                      budget=400)
+    tuner.on_stage = lambda name: stage.update(name=name)
+    outcome = tuner.run()
+    assert tuner.compile_race is not None and not tuner.changes  # rejected in its stage
+    assert outcome.knobs == Knobs(compile_mode="default") and outcome.confirmed
+    assert not [r for r in outcome.rejected if "compile" in r.trial_id]  # withdrawn
+    assert any(n.startswith("confirm: compile=default kept after all") for n in outcome.notes)
+
+
+def test_compile_that_fails_the_pooled_rounds_is_dropped_with_its_reason():
+    """Compile gains 20 % (20 ms a step, 100 s over 5000 steps) and compiles in 16 s in its
+    stage, but in 120 s in the confirmation's process: on all the runs it is not repaid."""
+    stage = {"name": ""}
+
+    def timing(knobs: Knobs) -> dict:
+        compile_s = 120.0 if stage["name"] == "confirm" else COMPILE_S
+        return record(0.08 if knobs.compile_mode else 0.1,
+                      0.5 + (compile_s if knobs.compile_mode else 0.0))
+
+    tuner, _ = search(timing, Options(groups=frozenset({"compile"})), budget=600)
+    tuner.on_stage = lambda name: stage.update(name=name)
+    outcome = tuner.run()
+    assert [c.stage for c in tuner.changes] == ["compile"]
+    assert outcome.knobs == Knobs() and outcome.confirmed
+    (reason,) = [r.reason for r in outcome.rejected if "confirmation" in r.reason]
+    assert reason.startswith("compile time 120.0 s not repaid")
+    assert reason.endswith("with the confirmation's 12 rounds added")
+
+
+@pytest.mark.parametrize("budget", [150.0, 200.0, 300.0])
+def test_a_compiled_pick_is_confirmed_within_the_budget(budget):
+    """The compile race leaves the confirmation its own compile: a compiled pick is not left
+    unconfirmed because the race spent it."""
+    tuner, recorded = search(compute_bound, budget=budget)
+    outcome = tuner.run()
+    if outcome.knobs.compile_mode:
+        assert outcome.confirmed
+    assert recorded.clock <= budget * 1.1
