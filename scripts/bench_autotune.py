@@ -170,6 +170,7 @@ def bench(name: str, quick: bool, measure_s: float, budget_share: float, min_bud
             "tuned_sps": round(best["tuned"]),
             "tuned_over_grid_best": round(best["tuned"] / best["grid-best"], 3),
             "speedup_over_defaults": round(best["tuned"] / best["defaults"], 2),
+            "runner_up": summary.get("runner_up"), "notes": summary.get("notes", []),
         }
         for key, value in result.items():
             print(f"  {key:24s} {value}")

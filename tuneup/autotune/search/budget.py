@@ -64,8 +64,10 @@ class Budget:
         return self.executor.startup_s or DEFAULT_STARTUP_S
 
     def compile_seconds(self) -> float:
-        """Expected cost of one compile stage: a process, two trials and a first compile."""
-        return self.startup_seconds() + 2 * self.trial_seconds() + COMPILE_GUESS_S
+        """Expected cost of one compile stage: a process, two trials and a first compile,
+        and the second compile a compiled pick's confirmation pays (without it a found
+        compile goes unconfirmed: it is held from earlier races and low-impact stages)."""
+        return self.startup_seconds() + 2 * self.trial_seconds() + 2 * COMPILE_GUESS_S
 
     def compile_fits(self, facts: ScriptFacts) -> bool:
         """Whether a compile stage fits in what is left (it is worth keeping room for)."""

@@ -63,7 +63,11 @@ def confirm(search: Search) -> Outcome:
                     "(single trials of the stages)")
         return outcome
     step = {k: typical_step(v) for k, v in runs.items()}  # medians over the rounds decide
-    pick = _decide(search, runs, step, alternative)
+    # within noise the simpler side wins, unless the two differ in compile (decided on the
+    # compile race's rounds and these together, by the compile stage's own rule)
+    simpler = rival if rival not in (None, default) and rival.compile_mode == tuned.compile_mode \
+        else None
+    pick = _decide(search, runs, step, simpler)
     outcome.knobs = pick
     batch = search.facts.samples_per_step
     outcome.tuned_samples_per_s = batch / step[pick]
@@ -83,7 +87,7 @@ def _decide(search: Search, runs: dict[Knobs, list[TrialResult]], step: dict[Kno
     pick = _redecide_compile(search, runs, search.incumbent)
     if alternative is not None and merge(runs.get(alternative, [])) is not None and (
             step[pick] * gain > step[alternative]):
-        search.note(f"confirm: {describe(alternative)} is as fast within noise; "
+        search.note(f"confirm: {describe(alternative)} is as fast within noise, or faster; "
                     "keeping the simpler settings")
         pick = alternative
     default = Knobs()

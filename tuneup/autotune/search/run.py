@@ -58,6 +58,7 @@ class Search:
         self.speedup = 1.0  # incumbent over baseline, chained through the stages
         self.stage_label = "baseline"
         self.compile_race: CompileRace | None = None  # for the confirmation to go on with
+        self.compile_to_come = False  # races hold compile's share of the budget while True
         self._ids: dict[str, int] = {}
 
     @property
@@ -193,7 +194,7 @@ class Search:
         if done >= 2 and not self._drop_slower(runs, tie):
             return runs  # decided by the rounds already taken
         while len(runs) >= 2 and done < rounds:
-            extra_s = self.cold_start_seconds(runs)
+            extra_s = self.cold_start_seconds(runs) + self.compile_hold()
             fit = self.budget.affordable((rounds - done) * len(runs), extra_s=extra_s) // len(runs)
             if fit < 2:
                 break
@@ -237,6 +238,15 @@ class Search:
                 self.reject(loser, f"slower ({-abs(gain):+.0%}, raced)")
         return undecided
 
+    def compile_hold(self) -> float:
+        """What a race before the compile stage leaves for it: extra rounds between settings
+        already measured close are worth less than trying compile at all (a first sweep of
+        a high-impact stage may still use it)."""
+        if not self.compile_to_come or self.budget.reserve_s or not self.budget.compile_fits(
+                self.facts):
+            return 0.0
+        return self.budget.compile_seconds()
+
     def cold_start_seconds(self, runs: dict[Knobs, list[TrialResult]]) -> float:
         """What a fresh process pays beyond its start-up before the contenders run warm: the
         compile of a compiled contender (its slowest warm-up beyond the eager ones')."""
@@ -268,6 +278,7 @@ class Search:
         names = self.stage_order(baseline)
         with_compile = "compile" in names
         visited: list[tuple[str, Knobs]] = []  # (stage, incumbent when it found nothing)
+        self.compile_to_come = with_compile
         for name in [s for s in names if s != "compile"]:
             before = self.incumbent
             self.run_stage(name, with_compile)
@@ -277,6 +288,7 @@ class Search:
             if self.incumbent != knobs:
                 self.run_stage(name, with_compile, again=True)
         self.budget.reserve_s = 0.0
+        self.compile_to_come = False
         if with_compile:
             self.run_stage("compile", with_compile)
         return confirm(self)

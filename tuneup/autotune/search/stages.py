@@ -254,9 +254,8 @@ def compile_(search: Search) -> None:
                            {eager.trial.knobs: eager_runs, compiled.trial.knobs: compiled_runs})
         if reason is None:
             search.adopt(compiled, eager, "compile")
-            # later trials' estimates: a warm re-run's warm-up (compile_s is paid per process)
-            search.budget.typical = replace(compiled, warmup_s=min(
-                (r.warmup_s for r in compiled_runs if r.warmup_s is not None), default=None))
+            search.budget.typical = replace(compiled, warmup_s=_warm_warmup(
+                compiled_runs, eager_runs, search.budget.compile_s))
         else:
             search.reject(compiled, reason)
             race.rejection = search.rejected[-1]
@@ -273,8 +272,10 @@ def _first_compile_process(search: Search, trial: Trial) -> FirstProcess | None:
     The process stops right after a compiled trial that fails or drifts. None when either
     of the first pair cannot be used."""
     eager = search.trial(search.incumbent)
+    # this process compiles, and so will the confirmation's: before compile_s is measured
+    # the budget's confirmation reserve cannot hold the second one
     rounds = min(FIRST_COMPILE_ROUNDS, max(0, search.budget.affordable(
-        2 * FIRST_COMPILE_ROUNDS + 2, extra_s=COMPILE_GUESS_S) // 2 - 1))
+        2 * FIRST_COMPILE_ROUNDS + 2, extra_s=2 * COMPILE_GUESS_S) // 2 - 1))
 
     def stop(result: TrialResult) -> bool:
         return not result.ok or search.judge.problem(result) is not None
@@ -289,6 +290,18 @@ def _first_compile_process(search: Search, trial: Trial) -> FirstProcess | None:
         if extra.ok:
             paired[extra.trial.knobs].append(extra)
     return reference, result, paired
+
+
+def _warm_warmup(compiled: list[TrialResult], eager: list[TrialResult], compile_s: float
+                 ) -> float | None:
+    """The warm-up later estimates should count for a compiled trial: a re-run's in the
+    process that compiled (the compile itself is ``compile_s``, paid once a process); the
+    eager warm-up when every compiled run paid a cold compile."""
+    eager_warmups = [r.warmup_s for r in eager if r.warmup_s is not None]
+    floor = min(eager_warmups, default=0.0)
+    warm = [r.warmup_s for r in compiled
+            if r.warmup_s is not None and r.warmup_s < floor + compile_s / 2]
+    return min(warm, default=floor)
 
 
 def _break_even(search: Search, eager: TrialResult, compiled: TrialResult) -> float:
