@@ -16,8 +16,10 @@ again in the same process as its candidates, so every comparison is like for lik
 
 An input-bound baseline visits ``loader`` and ``threads`` first. A stage that found nothing
 is visited again once if later stages moved the incumbent. Finally the winner, the defaults
-and the least certain simplification are re-run interleaved; within noise the simpler
-settings win.
+and a rival (a doubtful change undone, the other side of the compile race, or the smallest
+gain undone) are re-run interleaved: within noise the simpler settings win, compile is
+decided on its race's rounds and these together, and the rival is reported as the runner-up
+with the confidence that the pick is faster.
 
 Modules: ``budget`` (what fits), ``judge`` (pure verdicts on measurements), ``stages``
 (the registry), ``confirm``, ``run`` (the orchestration).
