@@ -151,3 +151,21 @@ def test_a_race_before_compile_leaves_compile_its_share_of_the_budget():
         outcome = tuner.run()
         assert outcome.knobs.compile_mode == "default", outcome.notes
         assert recorded.clock <= 80 * 1.1
+
+
+def test_an_input_bound_loop_tries_a_deeper_prefetch_before_compile_takes_the_budget():
+    """Workers leave the loop waiting for data (30 % of the step); a deeper prefetch gains
+    20 %, compile 5 %. On a tight budget the prefetch is tried right after the workers,
+    not skipped as a low-impact knob to keep room for compile."""
+    def timing(knobs: Knobs) -> dict:
+        if not knobs.num_workers:
+            return record(0.2, wait=0.6)
+        step = 0.08 if knobs.prefetch_factor else 0.1
+        step *= 0.95 if knobs.compile_mode else 1.0
+        return record(step, 0.5 + (COMPILE_S if knobs.compile_mode else 0.0), wait=0.3)
+
+    tuner, recorded = search(timing, budget=90)
+    outcome = tuner.run()
+    assert outcome.knobs.prefetch_factor == 4
+    stages = [c.stage for c in tuner.changes]
+    assert stages[:2] == ["loader", "loader"]  # workers, then the deeper prefetch

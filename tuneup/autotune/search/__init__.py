@@ -14,7 +14,7 @@ again in the same process as its candidates, so every comparison is like for lik
 * ``compile``  last and amortised: kept only when the saved step time times the expected
                steps exceeds the measured compile time, and its losses match eager.
 
-An input-bound baseline visits ``loader`` and ``threads`` first. A stage that found nothing
+An input-bound baseline visits ``loader`` and its extras first. A stage that found nothing
 is visited again once if later stages moved the incumbent. Finally the winner, the defaults
 and a rival (a doubtful change undone, the other side of the compile race, or the smallest
 gain undone) are re-run interleaved: within noise the simpler settings win, compile is

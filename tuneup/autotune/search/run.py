@@ -11,7 +11,7 @@ from tuneup.autotune.search.confirm import confirm
 from tuneup.autotune.search.judge import Judge, Options, Rejection
 from tuneup.autotune.search.labels import complexity, consistent, describe
 from tuneup.autotune.search.outcome import Change, Outcome
-from tuneup.autotune.search.stages import STAGES, CompileRace, measure_baseline
+from tuneup.autotune.search.stages import STAGES, CompileRace, measure_baseline, waits_for_data
 from tuneup.autotune.space import ScriptFacts
 from tuneup.autotune.trials import (
     Trial,
@@ -299,17 +299,20 @@ class Search:
         CUDA: amp, batch (memory headroom), loader, loader extras, compile.
         CPU: amp, loader (with the threads workers leave over), threads, batch (rarely more
         than cache effects), loader extras, compile. Input-bound (waiting for data >= 30 %
-        of the step): the loader first.
+        of the step): the loader and its extras first.
         """
         order = (("amp", "batch", "loader", "loader_extras", "compile") if self.facts.on_cuda
                  else ("amp", "loader", "threads", "batch", "loader_extras", "compile"))
         names = [s for s in order if s.split("_")[0] in self.options.groups]
         if (baseline.data_wait_share or 0) >= INPUT_BOUND_SHARE and "loader" in names:
-            names = ["loader"] + [s for s in names if s != "loader"]
+            first = [s for s in ("loader", "loader_extras") if s in names]
+            names = first + [s for s in names if s not in first]
         return names
 
     def run_stage(self, name: str, with_compile: bool, again: bool = False) -> None:
-        low_impact = name in LOW_IMPACT and with_compile and self.budget.compile_fits(self.facts)
+        # a loop still waiting for data makes its prefetch depth no low-impact knob
+        low_impact = (name in LOW_IMPACT and with_compile and self.budget.compile_fits(self.facts)
+                      and not (name == "loader_extras" and waits_for_data(self)))
         self.budget.reserve_s = self.budget.compile_seconds() if low_impact else 0.0
         self.stage_label = name + (" (again)" if again else "")
         self.on_stage(self.stage_label)

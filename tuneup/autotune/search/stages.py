@@ -151,10 +151,15 @@ def loader_extras(search: Search) -> None:
     extra = []
     if search.facts.on_cuda and search.incumbent.pin_memory is None:
         extra += search.candidates("pin_memory", [True])
-    still_waiting = (reference.data_wait_share or 0) > PREFETCH_WAIT_SHARE
-    if still_waiting and search.incumbent.prefetch_factor is None:
+    if waits_for_data(search) and search.incumbent.prefetch_factor is None:
         extra += search.candidates("prefetch_factor", [4])
     search.compare("loader", extra)
+
+
+def waits_for_data(search: Search) -> bool:
+    """The incumbent's loop still waits for data enough for a deeper prefetch to matter."""
+    reference = search.incumbent_result
+    return reference is not None and (reference.data_wait_share or 0) > PREFETCH_WAIT_SHARE
 
 
 def _shares_cores(search: Search) -> bool:
