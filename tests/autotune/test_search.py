@@ -378,6 +378,8 @@ def test_race_stops_when_the_interval_excludes_a_tie():
     race = recorded.plans[2]  # after the baseline and the loader stage's sweep
     contenders = len({t.split(" #")[0] for t in race})
     assert len(race) > 2 * contenders and len(ran_of(recorded, race)) == 2 * contenders
+    # the loser's speed against the leader's: 0.07 / 0.1 of it is 30 % slower
+    assert "slower (-30%, raced)" in {r.reason for r in outcome.rejected}
 
 
 def test_a_pick_the_confirmation_finds_within_noise_is_listed_as_rejected():

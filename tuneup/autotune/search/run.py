@@ -234,8 +234,8 @@ class Search:
             self.raced_out[knobs] = runs.pop(knobs)
             loser = merge(self.raced_out[knobs])
             if loser is not None:
-                gain = 1 - math.exp(sum(interval) / 2)
-                self.reject(loser, f"slower ({-abs(gain):+.0%}, raced)")
+                gain = math.exp(-sum(interval) / 2) - 1  # its speed over the leader's, less 1
+                self.reject(loser, f"slower ({gain:+.0%}, raced)")
         return undecided
 
     def compile_hold(self) -> float:
