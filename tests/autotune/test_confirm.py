@@ -100,7 +100,8 @@ def test_compile_rejected_in_its_stage_is_decided_again_on_the_pooled_rounds():
 
 def test_compile_that_fails_the_pooled_rounds_is_dropped_with_its_reason():
     """Compile gains 20 % (20 ms a step, 100 s over 5000 steps) and compiles in 16 s in its
-    stage, but in 120 s in the confirmation's process: on all the runs it is not repaid."""
+    stage, but in 120 s in the confirmation's process (the run's inductor cache missed): on
+    all the runs it is not repaid."""
     stage = {"name": ""}
 
     def timing(knobs: Knobs) -> dict:
@@ -108,7 +109,8 @@ def test_compile_that_fails_the_pooled_rounds_is_dropped_with_its_reason():
         return record(0.08 if knobs.compile_mode else 0.1,
                       0.5 + (compile_s if knobs.compile_mode else 0.0))
 
-    tuner, _ = search(timing, Options(groups=frozenset({"compile"})), budget=600)
+    tuner, _ = search(timing, Options(groups=frozenset({"compile"})), budget=600,
+                      warm_compile_share=1.0)
     tuner.on_stage = lambda name: stage.update(name=name)
     outcome = tuner.run()
     assert [c.stage for c in tuner.changes] == ["compile"]
@@ -119,10 +121,12 @@ def test_compile_that_fails_the_pooled_rounds_is_dropped_with_its_reason():
 
 
 @pytest.mark.parametrize("budget", [150.0, 200.0, 300.0])
-def test_a_compiled_pick_is_confirmed_within_the_budget(budget):
+@pytest.mark.parametrize("warm_compile_share", [0.15, 1.0])
+def test_a_compiled_pick_is_confirmed_within_the_budget(budget, warm_compile_share):
     """The compile race leaves the confirmation its own compile: a compiled pick is not left
-    unconfirmed because the race spent it."""
-    tuner, recorded = search(compute_bound, budget=budget)
+    unconfirmed because the race spent it, whether the confirmation compiles from the run's
+    cache or (missing it) cold."""
+    tuner, recorded = search(compute_bound, budget=budget, warm_compile_share=warm_compile_share)
     outcome = tuner.run()
     if outcome.knobs.compile_mode:
         assert outcome.confirmed
@@ -169,3 +173,15 @@ def test_an_input_bound_loop_tries_a_deeper_prefetch_before_compile_takes_the_bu
     assert outcome.knobs.prefetch_factor == 4
     stages = [c.stage for c in tuner.changes]
     assert stages[:2] == ["loader", "loader"]  # workers, then the deeper prefetch
+
+
+def test_later_compiles_are_planned_from_the_runs_cache():
+    """A 16 s cold compile; the confirmation's process compiles from the run's inductor
+    cache. At 70 s of budget (room for one cold compile, not two) compile is tried, kept
+    and confirmed, within the budget."""
+    tuner, recorded = search(compute_bound, budget=70.0)
+    outcome = tuner.run()
+    assert outcome.knobs.compile_mode == "default" and outcome.confirmed
+    assert tuner.budget.compile_s == pytest.approx(COMPILE_S)
+    assert tuner.budget.warm_compile_seconds() < COMPILE_S / 2
+    assert recorded.clock <= 70.0

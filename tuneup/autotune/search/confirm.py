@@ -153,15 +153,16 @@ def runner_up(pick: Knobs, runs: dict[Knobs, list[TrialResult]], step: dict[Knob
 
 
 def _affordable_rounds(search: Search, configs: list[Knobs]) -> int:
-    """Confirmation rounds that fit in the budget left. A process compiles once for one
-    compiled configuration; with two different ones, each of their trials compiles again
-    (the process keeps the graphs of the settings it compiled last)."""
+    """Confirmation rounds that fit in the budget left. A process compiles once (from the
+    run's cache) for one compiled configuration; with two different ones, each of their
+    trials compiles again (the process keeps the graphs of the settings it compiled last)."""
     budget = search.budget
     per_round = budget.trial_seconds() + (len(configs) - 1) * budget.trial_seconds(
         search.baseline)
     compiled = len({k for k in configs if k.compile_mode})
-    per_round += budget.compile_s * compiled if compiled > 1 else 0.0
-    fixed = budget.startup_seconds() + (budget.compile_s if compiled == 1 else 0.0)
+    warm = budget.warm_compile_seconds() if compiled else 0.0
+    per_round += warm * compiled if compiled > 1 else 0.0
+    fixed = budget.startup_seconds() + (warm if compiled == 1 else 0.0)
     return min(MAX_ROUNDS, int((budget.time_left() - fixed) // per_round))
 
 

@@ -127,7 +127,7 @@ class Search:
         fits = self.budget.affordable(len(trials) + 2)
         if fits < 2:
             self.note(f"{self.stage_label}: skipped, budget too small (needs ~"
-                      f"{self.budget.shortfall(2):.0f} s more: a larger --budget)")
+                      f"{max(1, math.ceil(self.budget.shortfall(2)))} s more: a larger --budget)")
             return None
         repeat = stop is None and fits >= 3
         plan = [self.trial(self.incumbent)] + trials[:fits - 1 - repeat]
@@ -249,11 +249,13 @@ class Search:
 
     def cold_start_seconds(self, runs: dict[Knobs, list[TrialResult]]) -> float:
         """What a fresh process pays beyond its start-up before the contenders run warm: the
-        compile of a compiled contender (its slowest warm-up beyond the eager ones')."""
+        compile of a compiled contender from the run's cache (its slowest warm-up beyond the
+        eager ones' was the cold compile)."""
         warmups = {k: max((r.warmup_s or 0.0) for r in v) for k, v in runs.items()}
         eager = [w for k, w in warmups.items() if not k.compile_mode]
         base = min(eager) if eager else 0.0
-        return max([0.0] + [w - base for k, w in warmups.items() if k.compile_mode])
+        cold = max([0.0] + [w - base for k, w in warmups.items() if k.compile_mode])
+        return self.budget.warm_compile_seconds(cold) if cold else 0.0
 
     def adopt(self, chosen: TrialResult, reference: TrialResult, stage: str) -> None:
         """Make ``chosen`` the incumbent; ``reference`` is the old one measured beside it."""

@@ -277,10 +277,11 @@ def _first_compile_process(search: Search, trial: Trial) -> FirstProcess | None:
     The process stops right after a compiled trial that fails or drifts. None when either
     of the first pair cannot be used."""
     eager = search.trial(search.incumbent)
-    # this process compiles, and so will the confirmation's: before compile_s is measured
-    # the budget's confirmation reserve cannot hold the second one
+    # this process compiles, and so will the confirmation's (warm): before compile_s is
+    # measured the budget's confirmation reserve cannot hold the second one
+    extra_s = COMPILE_GUESS_S + search.budget.warm_compile_seconds()
     rounds = min(FIRST_COMPILE_ROUNDS, max(0, search.budget.affordable(
-        2 * FIRST_COMPILE_ROUNDS + 2, extra_s=2 * COMPILE_GUESS_S) // 2 - 1))
+        2 * FIRST_COMPILE_ROUNDS + 2, extra_s=extra_s) // 2 - 1))
 
     def stop(result: TrialResult) -> bool:
         return not result.ok or search.judge.problem(result) is not None
