@@ -38,7 +38,9 @@ from pathlib import Path
 from types import ModuleType
 
 # A fresh inductor cache: compile points of the grid pay their first compile like a user does.
-os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="bench-grid-inductor-")
+# (Removed at exit, as are every run's cache and settings.)
+GRID_CACHE = tempfile.TemporaryDirectory(prefix="bench-grid-inductor-")
+os.environ["TORCHINDUCTOR_CACHE_DIR"] = GRID_CACHE.name
 
 import torch  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
@@ -115,14 +117,15 @@ def grid(quick: bool, batch_size: int) -> list[Knobs]:
 
 def run_autotune(script: Path, budget: float, settings: Path, quick: bool) -> tuple[float, dict]:
     """Run the real CLI as a user would; returns its wall time and its JSON summary."""
-    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": tempfile.mkdtemp(prefix="bench-inductor-")}
     skip = ["--skip", "batch,threads"] if quick else []  # the quick grid has neither
     command = [sys.executable, "-c", "from tuneup.cli import main; main()", "autotune", str(script),
                "--budget", f"{budget:.0f}", *skip, "--format", "json", "--output", str(settings),
                "--", "--steps", "1000000"]
-    started = time.perf_counter()
-    completed = subprocess.run(command, env=env, capture_output=True, text=True)
-    elapsed = time.perf_counter() - started
+    with tempfile.TemporaryDirectory(prefix="bench-inductor-") as cache:
+        env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache}
+        started = time.perf_counter()
+        completed = subprocess.run(command, env=env, capture_output=True, text=True)
+        elapsed = time.perf_counter() - started
     if completed.returncode != 0:
         raise SystemExit(f"tuneup autotune failed:\n{completed.stderr}\n{completed.stdout}")
     return elapsed, json.loads(completed.stdout)
@@ -152,9 +155,10 @@ def bench(name: str, quick: bool, measure_s: float, budget_share: float, min_bud
     budget = max(budget_share * grid_s, min_budget)
     runs = []
     for run in range(1, repeats + 1):
-        settings = Path(tempfile.mkdtemp(prefix="bench-settings-")) / f"{name}.json"
-        autotune_s, summary = run_autotune(EXAMPLES / f"{name}.py", budget, settings, quick)
-        tuned = read(settings).knobs
+        with tempfile.TemporaryDirectory(prefix="bench-settings-") as folder:
+            settings = Path(folder) / f"{name}.json"
+            autotune_s, summary = run_autotune(EXAMPLES / f"{name}.py", budget, settings, quick)
+            tuned = read(settings).knobs
         final: dict[str, list[float]] = {"defaults": [], "grid-best": [], "tuned": []}
         for _ in range(rounds):  # interleaved re-measurement, best of the rounds
             for key, knobs in (("defaults", Knobs()), ("grid-best", grid_best), ("tuned", tuned)):
