@@ -208,6 +208,24 @@ def log_ratio_interval(slower: list[float], faster: list[float]) -> tuple[float,
     return centre - half, centre + half
 
 
+def log_ratio_interval_pooled(slower: list[float], faster: list[float]
+                              ) -> tuple[float, float] | None:
+    """95 % interval (Welch's t) of ``mean(log slower) - mean(log faster)`` over independent
+    runs of each side, any number of each; None with fewer than two on either side."""
+    a = [math.log(x) for x in slower if x > 0]
+    b = [math.log(x) for x in faster if x > 0]
+    if len(a) < 2 or len(b) < 2:
+        return None
+    va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
+    centre = statistics.fmean(a) - statistics.fmean(b)
+    if va + vb == 0:
+        return centre, centre
+    # Welch-Satterthwaite degrees of freedom, rounded down (the cautious side)
+    df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
+    half = student_t_quantile(0.975, max(1, int(df))) * math.sqrt(va + vb)
+    return centre - half, centre + half
+
+
 def confidence_faster(slower: list[float], faster: list[float]) -> float | None:
     """How sure the paired measurements make it that ``faster`` is the faster side: the
     one-sided t probability that the mean of ``log(slower_i / faster_i)`` is above 0 (what

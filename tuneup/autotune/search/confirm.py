@@ -18,7 +18,7 @@ from tuneup.autotune.search.stages import HEADROOM, compile_verdict
 from tuneup.autotune.trials import (
     TrialResult,
     confidence_faster,
-    log_ratio_interval,
+    log_ratio_interval_pooled,
     merge,
     paired_steps,
     typical_step,
@@ -33,7 +33,8 @@ MIN_ROUNDS, MAX_ROUNDS = 2, 12
 
 def confirm(search: Search) -> Outcome:
     """Re-run the winner, the defaults and a rival; within noise the simpler settings win.
-    The speed-up is the geometric mean of per-round ratios, with its 95 % interval."""
+    The speed-up is the ratio of geometric-mean speeds over every run of the pick and the
+    defaults, with its 95 % interval."""
     assert search.baseline is not None and search.incumbent_result is not None
     search.on_stage("confirm")
     _name_a_noisy_machine(search)
@@ -70,10 +71,10 @@ def confirm(search: Search) -> Outcome:
     pick = _decide(search, runs, step, simpler)
     outcome.knobs = pick
     batch = search.facts.samples_per_step
-    outcome.tuned_samples_per_s = batch / step[pick]
-    outcome.baseline_samples_per_s = batch / step[default]
+    outcome.tuned_samples_per_s = batch / typical_of_all(search.results, pick)
+    outcome.baseline_samples_per_s = batch / typical_of_all(search.results, default)
     outcome.confirmed = True
-    outcome.speedup_interval = ratio_interval(runs[pick], runs[default])
+    outcome.speedup_interval = ratio_interval(search.results, pick)
     outcome.runner_up = runner_up(pick, runs, step)
     return outcome
 
@@ -183,12 +184,25 @@ def _name_a_noisy_machine(search: Search) -> None:
                 "--budget more time for more repeats")
 
 
-def ratio_interval(picked: list[TrialResult], defaults: list[TrialResult]
-                   ) -> tuple[float, float] | None:
-    """95 % interval of the speed-up from paired rounds (step-time ratios, log scale)."""
-    pairs = [(d.step_time, p.step_time) for p, d in zip(picked, defaults)
-             if p.ok and d.ok and p.step_time and d.step_time]
-    interval = log_ratio_interval([d for d, _ in pairs], [p for _, p in pairs])
+def _step_times(results: list[TrialResult], knobs: Knobs) -> list[float]:
+    return [r.step_time for r in results if r.ok and r.step_time and r.trial.knobs == knobs]
+
+
+def typical_of_all(results: list[TrialResult], knobs: Knobs) -> float:
+    """The step time the result reports for ``knobs``: the geometric mean of every run of
+    them in the search (the centre of :func:`ratio_interval`, so the speed-up lies in it)."""
+    return statistics.geometric_mean(_step_times(results, knobs))
+
+
+def ratio_interval(results: list[TrialResult], pick: Knobs) -> tuple[float, float] | None:
+    """95 % interval of the speed-up over the defaults, from every run of the two in the
+    search (the confirmation's and the stages'): spread over the whole search, a slow
+    stretch of the machine widens it; two paired rounds alone would give t with one
+    degree of freedom, an interval too wide to say anything (2.3x [0.6, 7.7])."""
+    if pick == Knobs():
+        return 1.0, 1.0
+    interval = log_ratio_interval_pooled(_step_times(results, Knobs()),
+                                         _step_times(results, pick))
     return None if interval is None else (math.exp(interval[0]), math.exp(interval[1]))
 
 

@@ -101,7 +101,7 @@ class Search:
 
     def reject(self, result: TrialResult, reason: str,
                ban: tuple[str, object] | None = None) -> None:
-        self.rejected.append(Rejection(result.trial.id, reason))
+        self.rejected.append(Rejection(describe(result.trial.knobs), reason))  # not "#3"
         if ban:
             self.banned.add(ban)
 
