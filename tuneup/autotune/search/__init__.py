@@ -17,12 +17,14 @@ again in the same process as its candidates, so every comparison is like for lik
 An input-bound baseline visits ``loader`` and its extras first. A stage that found nothing
 is visited again once if later stages moved the incumbent. Finally the winner, the defaults
 and a rival (a doubtful change undone, the other side of the compile race, or the smallest
-gain undone) are re-run interleaved: within noise the simpler settings win, compile is
+gain undone) are re-run interleaved until each comparison is settled or the budget is
+spent: within noise the simpler settings win, compile is
 decided on its race's rounds and these together, and the rival is reported as the runner-up
 with the confidence that the pick is faster.
 
-Modules: ``budget`` (what fits), ``judge`` (pure verdicts on measurements), ``stages``
-(the registry), ``confirm``, ``run`` (the orchestration).
+Modules: ``budget`` (what fits), ``judge`` (pure verdicts on measurements), ``verdict``
+(when interleaved rounds settle a comparison), ``stages`` (the registry), ``confirm``,
+``run`` (the orchestration).
 """
 
 from tuneup.autotune.search.budget import Executor

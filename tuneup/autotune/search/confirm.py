@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from tuneup.autotune import protocol
 from tuneup.autotune.search.labels import describe
 from tuneup.autotune.search.outcome import Change, Outcome, RunnerUp
 from tuneup.autotune.search.stages import HEADROOM, compile_verdict
+from tuneup.autotune.search.verdict import is_look, verdict
 from tuneup.autotune.trials import (
     TrialResult,
     confidence_faster,
@@ -28,7 +31,8 @@ from tuneup.settings import Knobs
 if TYPE_CHECKING:
     from tuneup.autotune.search.run import Search
 
-MIN_ROUNDS, MAX_ROUNDS = 2, 12
+MIN_ROUNDS = 2
+MAX_ROUNDS = 32  # a tie that stays undecided does not take a large budget's every second
 
 
 def confirm(search: Search) -> Outcome:
@@ -57,8 +61,14 @@ def confirm(search: Search) -> Outcome:
         search.note("confirm: skipped, budget exhausted; the speed-up is UNCONFIRMED "
                     "(single trials of the stages)")
         return outcome
-    results = search.measure([search.trial(k) for _ in range(rounds) for k in configs])
-    runs = {k: [r for r in results if r.trial.knobs == k] for k in configs}
+    results = search.measure([search.trial(k) for _ in range(rounds) for k in configs],
+                             _settled(search, configs))
+    taken = [r for r in results if r.status not in (protocol.SKIPPED, protocol.BUDGET)]
+    runs = {k: [r for r in taken if r.trial.knobs == k] for k in configs}
+    if len(taken) < len(results):
+        search.note(f"confirm: settled after {len(taken) // len(configs)} of {rounds} rounds, "
+                    f"{search.budget.time_left():.0f} s of the budget unused: each setting "
+                    "beside the pick is slower beyond noise, or within it, with 95 % confidence")
     if merge(runs[tuned]) is None or merge(runs[default]) is None:
         search.note("confirm: re-runs failed; the speed-up is UNCONFIRMED "
                     "(single trials of the stages)")
@@ -77,6 +87,26 @@ def confirm(search: Search) -> Outcome:
     outcome.speedup_interval = ratio_interval(search.results, pick)
     outcome.runner_up = runner_up(pick, runs, step)
     return outcome
+
+
+def _settled(search: Search, configs: list[Knobs]) -> Callable[[TrialResult], bool]:
+    """The confirmation's stop rule: at the looks (after 2, 3, 4, 6, 8, ... rounds), stop
+    once every setting is decided against the fastest, as in the stages' races; a budget
+    that runs out stops it too."""
+    tie = math.log(1 + search.options.min_gain)
+    seen: list[TrialResult] = []
+
+    def stop(result: TrialResult) -> bool:
+        if result.status in (protocol.SKIPPED, protocol.BUDGET):
+            return True
+        seen.append(result)
+        rounds, partial = divmod(len(seen), len(configs))
+        if partial or not is_look(rounds):
+            return False
+        runs = {k: [r for r in seen if r.trial.knobs == k] for k in configs}
+        return not verdict(runs, tie, first_round=0)[1]
+
+    return stop
 
 
 def _decide(search: Search, runs: dict[Knobs, list[TrialResult]], step: dict[Knobs, float],

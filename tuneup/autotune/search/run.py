@@ -12,15 +12,9 @@ from tuneup.autotune.search.judge import Judge, Options, Rejection
 from tuneup.autotune.search.labels import complexity, consistent, describe
 from tuneup.autotune.search.outcome import Change, Outcome
 from tuneup.autotune.search.stages import STAGES, CompileRace, measure_baseline, waits_for_data
+from tuneup.autotune.search.verdict import is_look, verdict
 from tuneup.autotune.space import ScriptFacts
-from tuneup.autotune.trials import (
-    Trial,
-    TrialResult,
-    log_ratio_interval,
-    merge,
-    paired_steps,
-    typical_step,
-)
+from tuneup.autotune.trials import Trial, TrialResult, merge, typical_step
 from tuneup.settings import Knobs
 
 RACE_REACH = 0.2  # candidates measured this much slower than the best are not raced
@@ -209,10 +203,10 @@ class Search:
                 seen.append(result)
                 if len(seen) % len(order):
                     return False
-                if _is_look(done + len(seen) // len(order)):
+                if is_look(done + len(seen) // len(order)):
                     view = {k: v + [r for r in seen if r.ok and r.trial.knobs == k]
                             for k, v in runs.items()}
-                    decided[0] = not _verdict(view, tie)[1]
+                    decided[0] = not verdict(view, tie)[1]
                 return decided[0]
 
             results = self.measure([self.trial(k) for _ in range(fit) for k in order], stop)
@@ -229,7 +223,7 @@ class Search:
     def _drop_slower(self, runs: dict[Knobs, list[TrialResult]], tie: float) -> bool:
         """Take the contenders slower beyond ``tie`` with confidence out of ``runs`` (into
         :attr:`raced_out`, rejected with their gain); whether any other is undecided."""
-        slower, undecided = _verdict(runs, tie)
+        slower, undecided = verdict(runs, tie)
         for knobs, interval in slower.items():
             self.raced_out[knobs] = runs.pop(knobs)
             loser = merge(self.raced_out[knobs])
@@ -319,29 +313,3 @@ class Search:
         self.stage_label = name + (" (again)" if again else "")
         self.on_stage(self.stage_label)
         STAGES[name](self)
-
-
-def _is_look(rounds: int) -> bool:
-    """Rounds after which a race looks at its intervals: 2, 3, 4, 6, 8, 12, 16, 24, ...
-    (looking after every round would let noise end it early more often)."""
-    while rounds > 4 and rounds % 2 == 0:
-        rounds //= 2
-    return rounds in (2, 3, 4)
-
-
-def _verdict(runs: dict[Knobs, list[TrialResult]], tie: float
-             ) -> tuple[dict[Knobs, tuple[float, float]], bool]:
-    """The race's state: contenders slower than the leader beyond ``tie`` (log scale) with
-    95 % confidence, with their interval, and whether any other is still undecided."""
-    leader = min(runs, key=lambda k: typical_step(runs[k]))
-    slower: dict[Knobs, tuple[float, float]] = {}
-    undecided = False
-    for knobs in [k for k in runs if k != leader]:
-        interval = log_ratio_interval(*paired_steps(runs[knobs][1:], runs[leader][1:]))
-        if interval is None:
-            undecided = True
-        elif interval[0] > tie:
-            slower[knobs] = interval
-        elif interval[1] >= tie:
-            undecided = True
-    return slower, undecided

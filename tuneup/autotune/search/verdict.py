@@ -1,0 +1,36 @@
+"""When a comparison of interleaved runs is decided: the looks and the verdict shared by the
+stages' races and the confirmation."""
+
+from __future__ import annotations
+
+from tuneup.autotune.trials import TrialResult, log_ratio_interval, paired_steps, typical_step
+from tuneup.settings import Knobs
+
+
+def is_look(rounds: int) -> bool:
+    """Rounds after which a race looks at its intervals: 2, 3, 4, 6, 8, 12, 16, 24, ...
+    (looking after every round would let noise end it early more often)."""
+    while rounds > 4 and rounds % 2 == 0:
+        rounds //= 2
+    return rounds in (2, 3, 4)
+
+
+def verdict(runs: dict[Knobs, list[TrialResult]], tie: float, first_round: int = 1
+            ) -> tuple[dict[Knobs, tuple[float, float]], bool]:
+    """The race's state: contenders slower than the leader beyond ``tie`` (log scale) with
+    95 % confidence, with their interval, and whether any other is still undecided.
+    ``runs[k][first_round:]`` are the interleaved rounds (a stage's first sweep, before
+    them, is not paired)."""
+    leader = min(runs, key=lambda k: typical_step(runs[k]))
+    slower: dict[Knobs, tuple[float, float]] = {}
+    undecided = False
+    for knobs in [k for k in runs if k != leader]:
+        interval = log_ratio_interval(*paired_steps(runs[knobs][first_round:],
+                                                    runs[leader][first_round:]))
+        if interval is None:
+            undecided = True
+        elif interval[0] > tie:
+            slower[knobs] = interval
+        elif interval[1] >= tie:
+            undecided = True
+    return slower, undecided
