@@ -1,10 +1,15 @@
-"""How the result states the speed-up."""
+"""How the result states the speed-up, and the progress shown while trials run."""
 
 from __future__ import annotations
 
+import io
+
+from rich.console import Console
 from test_search import compute_bound, record, search
 
-from tuneup.autotune.report import speedup_text
+from tuneup.autotune.report import Progress, speedup_text
+from tuneup.autotune.trials import Trial, TrialResult
+from tuneup.settings import Knobs
 
 
 def test_kept_defaults_say_so_instead_of_unconfirmed():
@@ -17,3 +22,23 @@ def test_kept_defaults_say_so_instead_of_unconfirmed():
 def test_a_confirmed_change_gives_its_interval():
     outcome = search(compute_bound)[0].run()
     assert outcome.confirmed and speedup_text(outcome).startswith(f"{outcome.speedup:.2f}x [")
+
+
+def test_piped_progress_is_one_unwrapped_line_per_trial_and_the_live_line_counts_trials():
+    out = io.StringIO()
+    progress = Progress(Console(file=out, width=40), lambda: 42.0)
+    long_id = "workers=2,prefetch=4,micro_batch=64,amp=bfloat16,compile=default,threads=1"
+    with progress:
+        progress.stage("compile")
+        for n in (1, 2):
+            trial = Trial(long_id if n == 1 else f"{long_id} #{n}", Knobs(num_workers=2))
+            progress.trial_started(trial)
+            progress.trial_finished(TrialResult.from_event(
+                trial, {**record(0.05), "samples_per_s": 2560.0}))
+        progress.best(2560.0, 1.9)
+        live = progress._render().plain
+    lines = out.getvalue().splitlines()
+    assert lines == [f"  [compile] {long_id}: ok, 2560 samples/s  (42 s left)",
+                     f"  [compile] {long_id} #2: ok, 2560 samples/s  (42 s left)"]
+    assert "trials done: 2" in live and "best: 2560 samples/s (1.90x)" in live
+    assert "42 s left" in live

@@ -29,6 +29,7 @@ class Progress:
         self.stage_name = "starting"
         self.current = ""
         self.best_text = "—"
+        self.done = 0
         self._live: Live | None = None
 
     def __enter__(self) -> Progress:
@@ -47,13 +48,15 @@ class Progress:
         left = max(0.0, self.time_left())
         return Text.assemble(
             ("autotune ", "bold"), (f"[{self.stage_name}] ", "cyan"),
-            f"trial: {self.current or '—'}  ", ("best: ", "bold"), f"{self.best_text}  ",
+            f"trials done: {self.done}  now: {self.current or '—'}  ",
+            ("best: ", "bold"), f"{self.best_text}  ",
             (f"{left:.0f} s left", "dim"),
         )
 
     def _line(self, text: str) -> None:
-        if not self.quiet:  # above the live status line on a terminal
-            self.console.print(text, highlight=False, markup=False)
+        if not self.quiet:  # above the live status line on a terminal; piped, one line each
+            self.console.print(text, highlight=False, markup=False,
+                               soft_wrap=not self.console.is_terminal)
 
     def stage(self, name: str) -> None:
         self.stage_name = name
@@ -63,6 +66,7 @@ class Progress:
 
     def trial_finished(self, result: TrialResult) -> None:
         self.current = ""
+        self.done += 1
         speed = f"{result.samples_per_s:.0f} samples/s" if result.samples_per_s else result.message
         self._line(f"  [{self.stage_name}] {result.trial.id}: {result.status}"
                    + (f", {speed}" if speed else "")
