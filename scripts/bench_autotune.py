@@ -1,7 +1,8 @@
 """Benchmark: `tuneup autotune` against an exhaustive grid measured with plain PyTorch.
 
-For each workload in docs/examples (compute-bound MLP, input-bound image decoding), in one
-run on this machine:
+For each workload in docs/examples (compute-bound MLP, input-bound image decoding), or a
+held-out one in scripts/heldout (a small causal transformer on tokens: --workloads
+train_tokens), in one run on this machine:
 
 1. every point of a grid over the same knobs and candidate values tuneup searches (AMP dtype
    x compile x num_workers/prefetch_factor x threads x micro-batch with accumulation),
@@ -21,6 +22,7 @@ does not offer it there).
 
     .venv/bin/python scripts/bench_autotune.py            # full grid, ~30 minutes a workload
     .venv/bin/python scripts/bench_autotune.py --quick    # smaller grid
+    .venv/bin/python scripts/bench_autotune.py --workloads train_mlp,train_images,train_tokens
 """
 
 from __future__ import annotations
@@ -47,12 +49,14 @@ from torch.utils.data import DataLoader  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "docs" / "examples"
-sys.path.insert(0, str(EXAMPLES))
+HELDOUT = ROOT / "scripts" / "heldout"  # shapes the tuner was not developed on
+sys.path[:0] = [str(EXAMPLES), str(HELDOUT)]
 
 from tuneup.autotune.child import SLOW_BFLOAT16, cpu_bfloat16_slowdown  # noqa: E402
 from tuneup.settings import Knobs, read  # noqa: E402
 
 WORKLOADS = ("train_mlp", "train_images")
+HELDOUT_WORKLOADS = ("train_tokens",)
 DEFAULT_THREADS = torch.get_num_threads()
 
 
@@ -131,6 +135,11 @@ def run_autotune(script: Path, budget: float, settings: Path, quick: bool) -> tu
     return elapsed, json.loads(completed.stdout)
 
 
+def script(name: str) -> Path:
+    """The workload's training script: an example, or a held-out one."""
+    return EXAMPLES / f"{name}.py" if name in WORKLOADS else HELDOUT / f"{name}.py"
+
+
 def label(knobs: Knobs) -> str:
     parts = [f"{k}={v}" for k, v in knobs.to_dict().items() if v is not None]
     return ",".join(parts) or "defaults"
@@ -157,7 +166,7 @@ def bench(name: str, quick: bool, measure_s: float, budget_share: float, min_bud
     for run in range(1, repeats + 1):
         with tempfile.TemporaryDirectory(prefix="bench-settings-") as folder:
             settings = Path(folder) / f"{name}.json"
-            autotune_s, summary = run_autotune(EXAMPLES / f"{name}.py", budget, settings, quick)
+            autotune_s, summary = run_autotune(script(name), budget, settings, quick)
             tuned = read(settings).knobs
         final: dict[str, list[float]] = {"defaults": [], "grid-best": [], "tuned": []}
         for _ in range(rounds):  # interleaved re-measurement, best of the rounds
@@ -193,7 +202,9 @@ def main() -> None:
                         help="lower bound of the autotune budget in seconds (default 30)")
     parser.add_argument("--rounds", type=int, default=2, help="interleaved re-measurement rounds")
     parser.add_argument("--runs", type=int, default=3, help="autotune runs per workload")
-    parser.add_argument("--workloads", default=",".join(WORKLOADS))
+    parser.add_argument("--workloads", default=",".join(WORKLOADS),
+                        help="comma-separated; examples: " + ", ".join(WORKLOADS)
+                        + "; held-out: " + ", ".join(HELDOUT_WORKLOADS))
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args()
     results = [run for name in args.workloads.split(",")

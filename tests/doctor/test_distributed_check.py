@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import tempfile
 import time
 
 import pytest
@@ -47,7 +48,9 @@ def test_two_gloo_ranks_time_both_collectives_into_the_json_report(monkeypatch,
     assert not [f for f in document["findings"] if f["code"] in ("TU420", "TU421", "TU422")]
 
 
-def test_a_bad_gloo_socket_ifname_is_a_finding_not_a_hang(quiet_sockets) -> None:
+def test_a_bad_gloo_socket_ifname_is_a_finding_not_a_hang(quiet_sockets, monkeypatch,
+                                                          tmp_path) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the ranks' files go
     started = time.monotonic()
     result = invoke("--distributed", "--timeout", "30", env={"GLOO_SOCKET_IFNAME": "nosuch0"})
     assert time.monotonic() - started < 30
@@ -56,6 +59,7 @@ def test_a_bad_gloo_socket_ifname_is_a_finding_not_a_hang(quiet_sockets) -> None
         in result.output
     assert "TU420 2 local gloo ranks could not rendezvous" in result.output
     assert "nosuch0" in result.output.split("TU420")[1].splitlines()[0]  # gloo's own reason
+    assert list(tmp_path.iterdir()) == []  # the failed ranks' traceback files are removed
 
 
 def test_ranks_that_do_not_join_in_time_are_stopped_with_the_reason(quiet_sockets) -> None:

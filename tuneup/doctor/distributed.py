@@ -198,11 +198,22 @@ def measure(nproc: int, backend: str, timeout: float = DEFAULT_TIMEOUT,
             if process.is_alive():
                 process.kill()
             process.join()
+        _remove_error_files(context)
     if result.failure is None:
         result.joined_s = max(float(store.get(f"joined/{rank}")) for rank in range(nproc)) - wall
         reports = [json.loads(store.get(f"result/{rank}")) for rank in range(nproc)]
         result.timings = _timings(reports, sizes, nproc)
     return result
+
+
+def _remove_error_files(context: mp.ProcessContext) -> None:
+    """torch.multiprocessing gives each rank a traceback file in the temporary directory and
+    never removes it; a rank that failed would leave its file behind."""
+    for path in context.error_files:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
 
 
 def _watch(context: mp.ProcessContext, store: dist.TCPStore, result: Measurement,
