@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 import re
+from collections.abc import Callable
 
 import pytest
 from test_search import compute_bound, record, search
@@ -222,3 +223,46 @@ def test_the_confirmation_goes_on_while_a_comparison_is_undecided():
 
     assert not any(rounds(1.01, 24))
     assert any(rounds(1.3, 8))
+
+
+def amp_and_loader(workers_factor: Callable[[], float]) -> Callable[[Knobs], dict]:
+    """bfloat16 halves the step; a worker changes it by ``workers_factor()``."""
+    def timing(knobs: Knobs) -> dict:
+        step = 0.1 * (0.5 if knobs.amp_dtype else 1.0)
+        return record(step * (workers_factor() if knobs.num_workers else 1.0))
+    return timing
+
+
+def test_when_the_pick_is_one_change_the_closest_measured_setting_is_the_runner_up():
+    """The pick undone is the defaults, far behind: the confirmation re-runs instead the
+    fastest other setting the stages measured, and the runner-up says how sure the pick is
+    against that one."""
+    tuner, recorded = search(amp_and_loader(lambda: 1.01),
+                             Options(groups=frozenset({"amp", "loader"})))
+    outcome = tuner.run()
+    assert outcome.knobs == Knobs(amp_dtype="bfloat16")
+    runner_up = outcome.runner_up
+    assert runner_up is not None and runner_up.knobs.num_workers
+    assert runner_up.knobs.amp_dtype == "bfloat16"
+    assert runner_up.relative_speed == pytest.approx(1 / 1.01, rel=0.005)
+    confirm_trials = [t.knobs for t in recorded.ran[-3:]]
+    assert set(confirm_trials) == {Knobs(), outcome.knobs, runner_up.knobs}
+
+
+def test_a_contender_faster_beyond_noise_when_re_run_is_taken():
+    """Workers measured slower in their stage (a busy machine then) but 20 % faster in the
+    confirmation's interleaved rounds: the confirmation's rounds decide."""
+    stage = {"name": ""}
+    tuner, recorded = search(
+        amp_and_loader(lambda: 0.8 if stage["name"] == "confirm" else 1.01),
+        Options(groups=frozenset({"amp", "loader"})))
+    tuner.on_stage = lambda name: stage.update(name=name)
+    outcome = tuner.run()
+    assert outcome.knobs.amp_dtype == "bfloat16" and outcome.knobs.num_workers
+    assert any("faster beyond noise when re-run" in note for note in outcome.notes)
+
+
+def test_a_contender_within_noise_is_not_taken_over_the_simpler_pick():
+    tuner, _ = search(amp_and_loader(lambda: 0.99), Options(groups=frozenset({"amp", "loader"})))
+    outcome = tuner.run()
+    assert outcome.knobs == Knobs(amp_dtype="bfloat16")

@@ -16,8 +16,8 @@ again in the same process as its candidates, so every comparison is like for lik
 
 An input-bound baseline visits ``loader`` and its extras first. A stage that found nothing
 is visited again once if later stages moved the incumbent. Finally the winner, the defaults
-and a rival (a doubtful change undone, the other side of the compile race, or the smallest
-gain undone) are re-run interleaved until each comparison is settled or the budget is
+and a rival (a doubtful change undone, the other side of the compile race, the smallest
+gain undone, or else the fastest other setting measured) are re-run interleaved until each comparison is settled or the budget is
 spent: within noise the simpler settings win, compile is
 decided on its race's rounds and these together, and the rival is reported as the runner-up
 with the confidence that the pick is faster.

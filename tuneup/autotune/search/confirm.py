@@ -4,7 +4,9 @@ process, as many rounds as the budget left allows.
 The simplification undoes the least certain change, or a change measured before a later
 one it interacts with (a micro-batch picked eagerly, then compile; threads picked beside
 other workers): that pair is re-checked jointly here, not only stage by stage. With no
-such change it undoes the smallest gain: the pick's closest rival, its runner-up."""
+such change it undoes the smallest gain: the pick's closest rival, its runner-up. When
+that is the defaults (a pick of one change), the rival is the fastest other setting the
+stages measured."""
 
 from __future__ import annotations
 
@@ -49,6 +51,9 @@ def confirm(search: Search) -> Outcome:
                       search.notes)
     alternative = simpler_alternative(search)
     rival = alternative or _compile_rival(search) or closest_rival(search)
+    contender = None
+    if rival in (None, default):  # the rival the pick's changes give is no rival: the defaults
+        rival = contender = closest_contender(search)
     configs = list(dict.fromkeys(k for k in (tuned, default, rival) if k is not None))
     if len(configs) < 2:  # the defaults, and nothing left within reach of them
         outcome.tuned_samples_per_s = outcome.baseline_samples_per_s
@@ -76,9 +81,9 @@ def confirm(search: Search) -> Outcome:
     step = {k: typical_step(v) for k, v in runs.items()}  # medians over the rounds decide
     # within noise the simpler side wins, unless the two differ in compile (decided on the
     # compile race's rounds and these together, by the compile stage's own rule)
-    simpler = rival if rival not in (None, default) and rival.compile_mode == tuned.compile_mode \
-        else None
-    pick = _decide(search, runs, step, simpler)
+    simpler = rival if rival not in (None, default, contender) and \
+        rival.compile_mode == tuned.compile_mode else None
+    pick = _decide(search, runs, step, simpler, contender)
     outcome.knobs = pick
     batch = search.facts.samples_per_step
     outcome.tuned_samples_per_s = batch / typical_of_all(search.results, pick)
@@ -110,10 +115,11 @@ def _settled(search: Search, configs: list[Knobs]) -> Callable[[TrialResult], bo
 
 
 def _decide(search: Search, runs: dict[Knobs, list[TrialResult]], step: dict[Knobs, float],
-            alternative: Knobs | None) -> Knobs:
+            alternative: Knobs | None, contender: Knobs | None = None) -> Knobs:
     """The pick after the confirmation's rounds: compile decided again on its race's and
-    these rounds together, the simpler alternative when as fast, the defaults unless
-    beaten beyond noise (a micro-batch for memory headroom stays)."""
+    these rounds together, the simpler alternative when as fast, a contender only when
+    faster beyond noise, the defaults unless beaten beyond noise (a micro-batch for memory
+    headroom stays)."""
     gain = 1 + search.options.min_gain
     pick = _redecide_compile(search, runs, search.incumbent)
     if alternative is not None and merge(runs.get(alternative, [])) is not None and (
@@ -121,6 +127,11 @@ def _decide(search: Search, runs: dict[Knobs, list[TrialResult]], step: dict[Kno
         search.note(f"confirm: {describe(alternative)} is as fast within noise, or faster; "
                     "keeping the simpler settings")
         pick = alternative
+    if contender is not None and merge(runs.get(contender, [])) is not None and (
+            step[contender] * gain < step[pick]):
+        search.note(f"confirm: {describe(contender)} is faster beyond noise when re-run beside "
+                    f"{describe(pick)}; taking it")
+        pick = contender
     default = Knobs()
     needs_headroom = any(c.stage == HEADROOM for c in search.changes)
     if step[pick] * gain > step[default] and not needs_headroom:
@@ -258,6 +269,26 @@ def closest_rival(search: Search) -> Knobs | None:
     if search.incumbent.compile_mode:
         changes = [c for c in changes if c.stage == "compile"]
     return _undo(search, min(changes, key=lambda c: c.gain)) if changes else None
+
+
+def closest_contender(search: Search) -> Knobs | None:
+    """The fastest other setting the stages measured (not the defaults, the same compile
+    mode as the pick, none of its values rejected): when the pick's one change undone is
+    the defaults, this is the comparison that can still be wrong."""
+    pick, default = search.incumbent, Knobs()
+    times: dict[Knobs, list[float]] = {}
+    for result in search.results:
+        knobs = result.trial.knobs
+        if knobs in (pick, default) or knobs.compile_mode != pick.compile_mode or \
+                result.status in (protocol.SKIPPED, protocol.BUDGET):  # never ran
+            continue
+        if not (result.ok and result.step_time) or search.judge.problem(result) is not None:
+            times[knobs] = [math.inf]  # failed or drifted once: no contender
+        elif math.inf not in times.setdefault(knobs, []):
+            times[knobs].append(result.step_time)
+    clean = {k: v for k, v in times.items() if math.inf not in v
+             and not any(item in search.banned for item in k.to_dict().items())}
+    return min(clean, key=lambda k: statistics.geometric_mean(clean[k])) if clean else None
 
 
 def _undo(search: Search, change: Change) -> Knobs | None:
