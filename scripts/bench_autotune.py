@@ -1,8 +1,9 @@
 """Benchmark: `tuneup autotune` against an exhaustive grid measured with plain PyTorch.
 
 For each workload in docs/examples (compute-bound MLP, input-bound image decoding), or a
-held-out one in scripts/heldout (a small causal transformer on tokens: --workloads
-train_tokens), in one run on this machine:
+held-out one in scripts/heldout (a small causal transformer on tokens, or click-through
+rows parsed in Python into an EmbeddingBag model: --workloads train_tokens,train_tabular),
+in one run on this machine:
 
 1. every point of a grid over the same knobs and candidate values tuneup searches (AMP dtype
    x compile x num_workers/prefetch_factor x threads x micro-batch with accumulation),
@@ -56,7 +57,7 @@ from tuneup.autotune.child import SLOW_BFLOAT16, cpu_bfloat16_slowdown  # noqa: 
 from tuneup.settings import Knobs, read  # noqa: E402
 
 WORKLOADS = ("train_mlp", "train_images")
-HELDOUT_WORKLOADS = ("train_tokens",)
+HELDOUT_WORKLOADS = ("train_tokens", "train_tabular")
 DEFAULT_THREADS = torch.get_num_threads()
 
 

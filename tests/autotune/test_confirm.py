@@ -266,3 +266,21 @@ def test_a_contender_within_noise_is_not_taken_over_the_simpler_pick():
     tuner, _ = search(amp_and_loader(lambda: 0.99), Options(groups=frozenset({"amp", "loader"})))
     outcome = tuner.run()
     assert outcome.knobs == Knobs(amp_dtype="bfloat16")
+
+
+def test_a_contender_that_beats_the_pick_but_not_the_defaults_says_so():
+    """bfloat16 looked faster in its stage and is not in the confirmation, where workers beat
+    it but only tie with the defaults: the notes do not say the contender was taken."""
+    stage = {"name": ""}
+
+    def timing(knobs: Knobs) -> dict:
+        confirming = stage["name"] == "confirm"
+        step = (0.115 if confirming else 0.05) if knobs.amp_dtype else 0.1
+        return record(step * (0.87 if confirming else 1.01) if knobs.num_workers else step)
+
+    tuner, _ = search(timing, Options(groups=frozenset({"amp", "loader"})))
+    tuner.on_stage = lambda name: stage.update(name=name)
+    outcome = tuner.run()
+    assert outcome.knobs == Knobs()
+    assert any(note.endswith("but not than the defaults") for note in outcome.notes)
+    assert not any(note.endswith("taking it") for note in outcome.notes)

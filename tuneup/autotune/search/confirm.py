@@ -127,14 +127,18 @@ def _decide(search: Search, runs: dict[Knobs, list[TrialResult]], step: dict[Kno
         search.note(f"confirm: {describe(alternative)} is as fast within noise, or faster; "
                     "keeping the simpler settings")
         pick = alternative
+    overtaken = None
     if contender is not None and merge(runs.get(contender, [])) is not None and (
             step[contender] * gain < step[pick]):
-        search.note(f"confirm: {describe(contender)} is faster beyond noise when re-run beside "
-                    f"{describe(pick)}; taking it")
-        pick = contender
+        overtaken, pick = pick, contender
     default = Knobs()
     needs_headroom = any(c.stage == HEADROOM for c in search.changes)
-    if step[pick] * gain > step[default] and not needs_headroom:
+    kept_defaults = step[pick] * gain > step[default] and not needs_headroom
+    if overtaken is not None:
+        search.note(f"confirm: {describe(pick)} is faster beyond noise when re-run beside "
+                    f"{describe(overtaken)}; "
+                    + ("but not than the defaults" if kept_defaults else "taking it"))
+    if kept_defaults:
         search.note("confirm: nothing beat PyTorch defaults beyond noise; keeping defaults")
         measured = step[default] / step[pick] - 1
         loser = merge(runs[pick])
