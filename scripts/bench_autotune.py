@@ -1,8 +1,9 @@
 """Benchmark: `tuneup autotune` against an exhaustive grid measured with plain PyTorch.
 
 For each workload in docs/examples (compute-bound MLP, input-bound image decoding), or a
-held-out one in scripts/heldout (a small causal transformer on tokens, or click-through
-rows parsed in Python into an EmbeddingBag model: --workloads train_tokens,train_tabular),
+held-out one in scripts/heldout (a small causal transformer on tokens, click-through rows
+parsed in Python into an EmbeddingBag model, or log-mel spectrograms computed per clip into
+a convolution and a GRU: --workloads train_tokens,train_tabular,train_audio),
 in one run on this machine:
 
 1. every point of a grid over the same knobs and candidate values tuneup searches (AMP dtype
@@ -57,7 +58,7 @@ from tuneup.autotune.child import SLOW_BFLOAT16, cpu_bfloat16_slowdown  # noqa: 
 from tuneup.settings import Knobs, read  # noqa: E402
 
 WORKLOADS = ("train_mlp", "train_images")
-HELDOUT_WORKLOADS = ("train_tokens", "train_tabular")
+HELDOUT_WORKLOADS = ("train_tokens", "train_tabular", "train_audio")
 DEFAULT_THREADS = torch.get_num_threads()
 
 

@@ -12,7 +12,7 @@ import pytest
 from test_search import compute_bound, record, search
 
 from tuneup.autotune.report import runner_up_text, to_json
-from tuneup.autotune.search import Change, Options, Search
+from tuneup.autotune.search import Change, Options, Search, describe
 from tuneup.autotune.search.confirm import _settled, simpler_alternative
 from tuneup.autotune.trials import Trial, TrialResult
 from tuneup.settings import Knobs
@@ -284,3 +284,17 @@ def test_a_contender_that_beats_the_pick_but_not_the_defaults_says_so():
     assert outcome.knobs == Knobs()
     assert any(note.endswith("but not than the defaults") for note in outcome.notes)
     assert not any(note.endswith("taking it") for note in outcome.notes)
+
+
+def test_a_stage_loss_re_run_as_a_tie_is_rejected_in_the_confirmation_s_words():
+    """Workers measured 6 % slower in their stage (a busy moment) and as fast as the pick
+    when re-run beside it: the rejected list and the runner-up tell one story."""
+    stage = {"name": ""}
+    tuner, _ = search(amp_and_loader(lambda: 1.0 if stage["name"] == "confirm" else 1.06),
+                      Options(groups=frozenset({"amp", "loader"})))
+    tuner.on_stage = lambda name: stage.update(name=name)
+    outcome = tuner.run()
+    assert outcome.knobs == Knobs(amp_dtype="bfloat16")
+    assert outcome.runner_up is not None and outcome.runner_up.knobs.num_workers
+    reasons = [r.reason for r in outcome.rejected if r.trial_id == describe(outcome.runner_up.knobs)]
+    assert reasons and all(r == "within noise (+0.0%, confirmed)" for r in reasons)

@@ -25,7 +25,7 @@ def load(name: str):
 
 
 def test_there_are_held_out_workloads():
-    assert {"train_tokens", "train_tabular"} <= set(NAMES)
+    assert {"train_tokens", "train_tabular", "train_audio"} <= set(NAMES)
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -19,7 +19,7 @@ from tuneup.autotune import protocol
 from tuneup.autotune.search.labels import describe
 from tuneup.autotune.search.outcome import Change, Outcome, RunnerUp
 from tuneup.autotune.search.stages import HEADROOM, compile_verdict
-from tuneup.autotune.search.verdict import is_look, verdict
+from tuneup.autotune.search.verdict import is_look, paired_reason, verdict
 from tuneup.autotune.trials import (
     TrialResult,
     confidence_faster,
@@ -84,6 +84,7 @@ def confirm(search: Search) -> Outcome:
     simpler = rival if rival not in (None, default, contender) and \
         rival.compile_mode == tuned.compile_mode else None
     pick = _decide(search, runs, step, simpler, contender)
+    _restate_rejections(search, runs, pick)
     outcome.knobs = pick
     batch = search.facts.samples_per_step
     outcome.tuned_samples_per_s = batch / typical_of_all(search.results, pick)
@@ -147,6 +148,24 @@ def _decide(search: Search, runs: dict[Knobs, list[TrialResult]], step: dict[Kno
                              f"over {len(runs[default])} interleaved rounds)")
         pick = default
     return pick
+
+
+def _restate_rejections(search: Search, runs: dict[Knobs, list[TrialResult]], pick: Knobs
+                        ) -> None:
+    """A rejected setting re-run here is judged again on these rounds beside the pick, the
+    closest comparison the search made: where its stage's word (``slower (-5%)``) differs
+    from these rounds' (a tie at 1.01x, as the runner-up says), these rounds' stands."""
+    tie = math.log(1 + search.options.min_gain)
+    for knobs, results in runs.items():
+        reason = paired_reason(results, runs[pick], tie, ", confirmed")
+        if knobs == pick or reason is None:
+            continue
+        word = reason.split(" (")[0]
+        for rejection in search.rejected:
+            if rejection.trial_id == describe(knobs) and "confirm" not in rejection.reason \
+                    and rejection.reason.startswith(("slower (", "within noise (")) \
+                    and not rejection.reason.startswith(word):
+                rejection.reason = reason
 
 
 def _compile_rival(search: Search) -> Knobs | None:

@@ -12,7 +12,7 @@ from tuneup.autotune.search.judge import Judge, Options, Rejection
 from tuneup.autotune.search.labels import complexity, consistent, describe
 from tuneup.autotune.search.outcome import Change, Outcome
 from tuneup.autotune.search.stages import STAGES, CompileRace, measure_baseline, waits_for_data
-from tuneup.autotune.search.verdict import is_look, verdict
+from tuneup.autotune.search.verdict import is_look, paired_reason, verdict
 from tuneup.autotune.space import ScriptFacts
 from tuneup.autotune.trials import Trial, TrialResult, merge, typical_step
 from tuneup.settings import Knobs
@@ -160,9 +160,11 @@ class Search:
         near = [survivors[k] for k, step in typical.items()
                 if step * (1 - self.options.min_gain) <= fastest]
         chosen = min(near, key=lambda r: (complexity(r.trial.knobs), typical[r.trial.knobs]))
+        tie = math.log(1 + self.options.min_gain)
         for knobs, result in survivors.items():
             if knobs not in (chosen.trial.knobs, reference.trial.knobs):
-                self.reject(result, judge.versus(result, chosen))
+                paired = paired_reason(runs[knobs][1:], runs[chosen.trial.knobs][1:], tie)
+                self.reject(result, paired or judge.versus(result, chosen))
         self.adopt(chosen, reference, stage)
         return chosen
 
