@@ -190,6 +190,35 @@ def test_tie_keeps_the_simpler_settings():
     assert any(r.reason.startswith("within noise (") for r in outcome.rejected)
 
 
+def oom_above(size: int, timing: Callable[[Knobs], dict]) -> Callable[[Knobs], dict]:
+    """``timing``, except that micro-batches above ``size`` samples run out of memory."""
+    def fits(knobs: Knobs) -> dict:
+        too_big = (knobs.micro_batch_size or CPU.effective_batch) > size
+        return record(0.1, status="oom") if too_big else timing(knobs)
+    return fits
+
+
+def test_a_baseline_that_does_not_fit_is_tuned_and_confirmed_on_a_micro_batch_that_does():
+    """The user's batch of 256 runs out of memory: the largest micro-batch that fits is the
+    baseline, every later setting keeps it, and the confirmation measures the pick against
+    it (not against the defaults, which cannot run)."""
+    outcome = search(oom_above(64, compute_bound))[0].run()
+    assert outcome.knobs.micro_batch_size == 64 and outcome.knobs.amp_dtype == "bfloat16"
+    assert outcome.confirmed and outcome.speedup_interval is not None
+    assert any(n.startswith("baseline: the batch of 256 does not fit in memory; "
+                            "micro-batches of 64 do") for n in outcome.notes)
+
+
+def test_keeping_the_baseline_keeps_the_micro_batch_that_fits():
+    """Nothing beats the fitting micro-batch: what is kept is it, not PyTorch defaults (the
+    user's next run would run out of memory again)."""
+    outcome = search(oom_above(64, lambda knobs: record(0.1)))[0].run()
+    assert outcome.knobs == Knobs(micro_batch_size=64) and outcome.confirmed
+    assert outcome.speedup == pytest.approx(1.0)
+    assert "confirm: nothing beat micro_batch=64 (the largest micro-batch that fits) beyond " \
+        "noise; keeping it" in outcome.notes
+
+
 def test_failed_candidate_is_rejected_with_its_cause():
     def timing(knobs: Knobs) -> dict:
         if knobs.micro_batch_size == 128:

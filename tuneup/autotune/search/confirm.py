@@ -45,7 +45,7 @@ def confirm(search: Search) -> Outcome:
     search.on_stage("confirm")
     _name_a_noisy_machine(search)
     judge = search.judge
-    tuned, default = search.incumbent, Knobs()
+    tuned, default = search.incumbent, search.defaults
     outcome = Outcome(search.facts, tuned, judge.speed(search.baseline),
                       judge.speed(search.incumbent_result), search.results, search.rejected,
                       search.notes)
@@ -90,7 +90,7 @@ def confirm(search: Search) -> Outcome:
     outcome.tuned_samples_per_s = batch / typical_of_all(search.results, pick)
     outcome.baseline_samples_per_s = batch / typical_of_all(search.results, default)
     outcome.confirmed = True
-    outcome.speedup_interval = ratio_interval(search.results, pick)
+    outcome.speedup_interval = ratio_interval(search.results, pick, default)
     outcome.runner_up = runner_up(pick, runs, step)
     return outcome
 
@@ -132,7 +132,7 @@ def _decide(search: Search, runs: dict[Knobs, list[TrialResult]], step: dict[Kno
     if contender is not None and merge(runs.get(contender, [])) is not None and (
             step[contender] * gain < step[pick]):
         overtaken, pick = pick, contender
-    default = Knobs()
+    default = search.defaults
     needs_headroom = any(c.stage == HEADROOM for c in search.changes)
     kept_defaults = step[pick] * gain > step[default] and not needs_headroom
     if overtaken is not None:
@@ -140,7 +140,8 @@ def _decide(search: Search, runs: dict[Knobs, list[TrialResult]], step: dict[Kno
                     f"{describe(overtaken)}; "
                     + ("but not than the defaults" if kept_defaults else "taking it"))
     if kept_defaults:
-        search.note("confirm: nothing beat PyTorch defaults beyond noise; keeping defaults")
+        search.note(f"confirm: nothing beat {_name(default)} beyond noise; keeping "
+                    + ("it" if default.changed() else "defaults"))
         measured = step[default] / step[pick] - 1
         loser = merge(runs[pick])
         assert loser is not None
@@ -166,6 +167,12 @@ def _restate_rejections(search: Search, runs: dict[Knobs, list[TrialResult]], pi
                     and rejection.reason.startswith(("slower (", "within noise (")) \
                     and not rejection.reason.startswith(word):
                 rejection.reason = reason
+
+
+def _name(default: Knobs) -> str:
+    """The baseline's name in notes: the defaults, or the micro-batch that fits."""
+    return f"{describe(default)} (the largest micro-batch that fits)" if default.changed() \
+        else "PyTorch defaults"
 
 
 def _compile_rival(search: Search) -> Knobs | None:
@@ -238,11 +245,12 @@ def _name_a_noisy_machine(search: Search) -> None:
     """Say so when the defaults, re-run through the search, vary beyond ``NOISY_SPREAD``:
     differences smaller than that spread are hard to tell apart, whatever the statistics."""
     speeds = sorted(search.judge.speed(r) for r in search.results
-                    if r.trial.knobs == Knobs() and r.ok and r.step_time)
+                    if r.trial.knobs == search.defaults and r.ok and r.step_time)
     if len(speeds) < 3 or speeds[-1] <= speeds[0] * (1 + NOISY_SPREAD):
         return
     spread = speeds[-1] / speeds[0] - 1
-    search.note(f"machine: noisy: PyTorch defaults measured {speeds[0]:.0f} to {speeds[-1]:.0f} "
+    search.note(f"machine: noisy: {_name(search.defaults)} measured {speeds[0]:.0f} to "
+                f"{speeds[-1]:.0f} "
                 f"samples/s over {len(speeds)} runs ({spread:+.0%}); differences of a few % "
                 "are uncertain here: stop other jobs on this machine during tuning, or give "
                 "--budget more time for more repeats")
@@ -258,14 +266,15 @@ def typical_of_all(results: list[TrialResult], knobs: Knobs) -> float:
     return statistics.geometric_mean(_step_times(results, knobs))
 
 
-def ratio_interval(results: list[TrialResult], pick: Knobs) -> tuple[float, float] | None:
+def ratio_interval(results: list[TrialResult], pick: Knobs, default: Knobs
+                   ) -> tuple[float, float] | None:
     """95 % interval of the speed-up over the defaults, from every run of the two in the
     search (the confirmation's and the stages'): spread over the whole search, a slow
     stretch of the machine widens it; two paired rounds alone would give t with one
     degree of freedom, an interval too wide to say anything (2.3x [0.6, 7.7])."""
-    if pick == Knobs():
+    if pick == default:
         return 1.0, 1.0
-    interval = log_ratio_interval_pooled(_step_times(results, Knobs()),
+    interval = log_ratio_interval_pooled(_step_times(results, default),
                                          _step_times(results, pick))
     return None if interval is None else (math.exp(interval[0]), math.exp(interval[1]))
 
@@ -298,7 +307,7 @@ def closest_contender(search: Search) -> Knobs | None:
     """The fastest other setting the stages measured (not the defaults, the same compile
     mode as the pick, none of its values rejected): when the pick's one change undone is
     the defaults, this is the comparison that can still be wrong."""
-    pick, default = search.incumbent, Knobs()
+    pick, default = search.incumbent, search.defaults
     times: dict[Knobs, list[float]] = {}
     for result in search.results:
         knobs = result.trial.knobs

@@ -60,6 +60,13 @@ class Search:
         return self.judge.facts
 
     @property
+    def defaults(self) -> Knobs:
+        """What the pick must beat and the speed-up is measured against: PyTorch defaults,
+        or the largest micro-batch that fits when the user's own batch does not (keeping
+        the defaults then must not bring the out-of-memory back)."""
+        return self.baseline.trial.knobs if self.baseline is not None else Knobs()
+
+    @property
     def incumbent_result(self) -> TrialResult | None:
         return self.budget.typical
 
