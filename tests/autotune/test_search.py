@@ -217,6 +217,13 @@ def test_keeping_the_baseline_keeps_the_micro_batch_that_fits():
     assert outcome.speedup == pytest.approx(1.0)
     assert "confirm: nothing beat micro_batch=64 (the largest micro-batch that fits) beyond " \
         "noise; keeping it" in outcome.notes
+    assert not any(r.trial_id == "micro_batch=64" for r in outcome.rejected)  # not against itself
+
+
+def test_defaults_no_stage_moved_from_are_never_rejected_against_themselves():
+    outcome = search(lambda knobs: record(0.1))[0].run()
+    assert outcome.knobs == Knobs() and outcome.confirmed
+    assert not any(r.trial_id == "defaults" for r in outcome.rejected)
 
 
 def test_failed_candidate_is_rejected_with_its_cause():

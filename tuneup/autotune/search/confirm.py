@@ -134,7 +134,7 @@ def _decide(search: Search, runs: dict[Knobs, list[TrialResult]], step: dict[Kno
         overtaken, pick = pick, contender
     default = search.defaults
     needs_headroom = any(c.stage == HEADROOM for c in search.changes)
-    kept_defaults = step[pick] * gain > step[default] and not needs_headroom
+    kept_defaults = pick != default and step[pick] * gain > step[default] and not needs_headroom
     if overtaken is not None:
         search.note(f"confirm: {describe(pick)} is faster beyond noise when re-run beside "
                     f"{describe(overtaken)}; "
@@ -148,6 +148,8 @@ def _decide(search: Search, runs: dict[Knobs, list[TrialResult]], step: dict[Kno
         search.reject(loser, f"within noise of the defaults when confirmed ({measured:+.1%} "
                              f"over {len(runs[default])} interleaved rounds)")
         pick = default
+    elif pick == default and default.changed():  # no stage beat the micro-batch that fits
+        search.note(f"confirm: nothing beat {_name(default)} beyond noise; keeping it")
     return pick
 
 
