@@ -35,10 +35,10 @@ def test_piped_progress_is_one_unwrapped_line_per_trial_and_the_live_line_counts
             progress.trial_started(trial)
             progress.trial_finished(TrialResult.from_event(
                 trial, {**record(0.05), "samples_per_s": 2560.0}))
-        progress.best(2560.0, 1.9)
+        progress.best(2560.0, 1.9, "workers=2")
         live = progress._render().plain
     lines = out.getvalue().splitlines()
     assert lines == [f"  [compile] {long_id}: ok, 2560 samples/s  (42 s left)",
                      f"  [compile] {long_id} #2: ok, 2560 samples/s  (42 s left)"]
-    assert "trials done: 2" in live and "best: 2560 samples/s (1.90x)" in live
+    assert "trials done: 2" in live and "best: workers=2 at 2560 samples/s (1.90x)" in live
     assert "42 s left" in live

@@ -72,8 +72,10 @@ class Progress:
                    + (f", {speed}" if speed else "")
                    + f"  ({max(0.0, self.time_left()):.0f} s left)")
 
-    def best(self, samples_per_s: float, speedup: float) -> None:
-        self.best_text = f"{samples_per_s:.0f} samples/s ({speedup:.2f}x)"
+    def best(self, samples_per_s: float, speedup: float, label: str = "defaults") -> None:
+        """The settings the search holds as best: a faster trial counts once its race has
+        shown it faster, so this can lag a trial line above it."""
+        self.best_text = f"{label} at {samples_per_s:.0f} samples/s ({speedup:.2f}x)"
 
 
 def knob_rows(outcome: Outcome) -> list[tuple[str, Any, Any]]:

@@ -156,18 +156,17 @@ def _decide(search: Search, runs: dict[Knobs, list[TrialResult]], step: dict[Kno
 def _restate_rejections(search: Search, runs: dict[Knobs, list[TrialResult]], pick: Knobs
                         ) -> None:
     """A rejected setting re-run here is judged again on these rounds beside the pick, the
-    closest comparison the search made: where its stage's word (``slower (-5%)``) differs
-    from these rounds' (a tie at 1.01x, as the runner-up says), these rounds' stands."""
+    closest comparison the search made, and these rounds' verdict stands: its stage's
+    (``slower (-5%)``, or ``within noise (-10.6%)`` from a short race) must not contradict
+    the runner-up's (a tie at 0.99x)."""
     tie = math.log(1 + search.options.min_gain)
     for knobs, results in runs.items():
         reason = paired_reason(results, runs[pick], tie, ", confirmed")
         if knobs == pick or reason is None:
             continue
-        word = reason.split(" (")[0]
         for rejection in search.rejected:
             if rejection.trial_id == describe(knobs) and "confirm" not in rejection.reason \
-                    and rejection.reason.startswith(("slower (", "within noise (")) \
-                    and not rejection.reason.startswith(word):
+                    and rejection.reason.startswith(("slower (", "within noise (")):
                 rejection.reason = reason
 
 

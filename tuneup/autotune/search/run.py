@@ -33,11 +33,11 @@ class Search:
     :mod:`tuneup.autotune.search.stages`, then the confirmation."""
 
     def __init__(self, executor: Executor, options: Options | None = None,
-                 on_best: Callable[[float, float], None] | None = None,
+                 on_best: Callable[[float, float, str], None] | None = None,
                  on_stage: Callable[[str], None] | None = None) -> None:
         self.executor = executor
         self.options = options or Options()
-        self.on_best = on_best or (lambda speed, speedup: None)
+        self.on_best = on_best or (lambda speed, speedup, label: None)
         self.on_stage = on_stage or (lambda name: None)
         self.judge = Judge(self.options)
         self.budget = Budget(executor)
@@ -154,9 +154,7 @@ class Search:
         reach = judge.speed(best) * (1 - RACE_REACH)
         fastest = max(accepted, key=judge.speed, default=None)  # raced however it measured
         raced = [r for r in accepted if judge.speed(r) >= reach or r is fastest]
-        for result in accepted:
-            if result not in raced:
-                self.reject(result, judge.versus(result, reference))
+        out_of_reach = [r for r in accepted if r not in raced]
         contenders = [reference, *raced]
         runs = self.race(contenders, LOW_IMPACT_ROUNDS if stage in LOW_IMPACT else RACE_ROUNDS)
         merged = {knobs: merge(results) for knobs, results in runs.items()}
@@ -172,6 +170,8 @@ class Search:
             if knobs not in (chosen.trial.knobs, reference.trial.knobs):
                 paired = paired_reason(runs[knobs][1:], runs[chosen.trial.knobs][1:], tie)
                 self.reject(result, paired or judge.versus(result, chosen))
+        for result in out_of_reach:  # against what won, not what it was swept beside
+            self.reject(result, judge.versus(result, chosen))
         self.adopt(chosen, reference, stage)
         return chosen
 
@@ -269,7 +269,8 @@ class Search:
             self.speedup *= gain
         self.budget.typical = chosen
         assert self.baseline is not None
-        self.on_best(self.judge.speed(self.baseline) * self.speedup, self.speedup)
+        self.on_best(self.judge.speed(self.baseline) * self.speedup, self.speedup,
+                     describe(self.incumbent))
 
     # ---- the run ------------------------------------------------------------------
 
@@ -279,7 +280,7 @@ class Search:
         self.baseline = self.budget.baseline = self.budget.typical = baseline
         self.judge.reference_losses = [v for v in baseline.check_losses or []
                                        if math.isfinite(v)]
-        self.on_best(self.judge.speed(baseline), 1.0)
+        self.on_best(self.judge.speed(baseline), 1.0, describe(self.incumbent))
         names = self.stage_order(baseline)
         with_compile = "compile" in names
         visited: list[tuple[str, Knobs]] = []  # (stage, incumbent when it found nothing)
