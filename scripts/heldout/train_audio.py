@@ -51,9 +51,10 @@ class SpokenKeywords(Dataset):
     def __init__(self, size: int = 4096, seed: int = 0) -> None:
         generator = torch.Generator().manual_seed(seed)
         unique = min(size, UNIQUE)
-        self.labels = torch.randint(0, CLASSES, (size,), generator=generator)
+        stored = torch.randint(0, CLASSES, (unique,), generator=generator)
+        self.labels = stored.repeat(-(-size // unique))[:size]  # sample i is clip i % unique
         t = torch.arange(CLIP) / RATE
-        labels = self.labels[:unique, None].float()
+        labels = stored[:, None].float()
         pitch = 220.0 * 2 ** (labels / 4)  # three octaves over the classes
         rhythm = 2.0 + (labels % 4)  # bursts per second
         phase = torch.rand(unique, 1, generator=generator) * 2 * math.pi

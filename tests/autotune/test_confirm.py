@@ -260,6 +260,7 @@ def test_a_contender_faster_beyond_noise_when_re_run_is_taken():
     outcome = tuner.run()
     assert outcome.knobs.amp_dtype == "bfloat16" and outcome.knobs.num_workers
     assert any("faster beyond noise when re-run" in note for note in outcome.notes)
+    assert describe(outcome.knobs) not in {r.trial_id for r in outcome.rejected}
 
 
 def test_a_contender_within_noise_is_not_taken_over_the_simpler_pick():

@@ -5,9 +5,9 @@ from __future__ import annotations
 import io
 
 from rich.console import Console
-from test_search import compute_bound, record, search
+from test_search import compute_bound, oom_above, record, search
 
-from tuneup.autotune.report import Progress, speedup_text
+from tuneup.autotune.report import Progress, print_table, speedup_text, to_json
 from tuneup.autotune.trials import Trial, TrialResult
 from tuneup.settings import Knobs
 
@@ -17,6 +17,18 @@ def test_kept_defaults_say_so_instead_of_unconfirmed():
     outcome = tuner.run()
     assert not outcome.knobs.changed()
     assert speedup_text(outcome) == "1.00x (PyTorch's defaults kept: nothing beat them beyond noise)"
+
+
+def test_a_kept_micro_batch_that_fits_is_named_as_the_baseline(tmp_path):
+    """The user's batch ran out of memory: the result's baseline is the micro-batch that
+    fits, in the text and in JSON, and keeping it is not called keeping the defaults."""
+    outcome = search(oom_above(64, lambda knobs: record(0.1)))[0].run()
+    assert speedup_text(outcome) == ("1.00x (the largest micro-batch that fits kept: nothing "
+                                     "beat it beyond noise)")
+    out = io.StringIO()
+    print_table(Console(file=out, width=200), outcome, None, 1.0)
+    assert "samples/s: micro_batch=64 (fits) 2,560 -> tuned 2,560" in out.getvalue()
+    assert to_json(outcome, tmp_path / "train.py", None, 1.0, 300.0)["baseline"] == "micro_batch=64"
 
 
 def test_a_confirmed_change_gives_its_interval():

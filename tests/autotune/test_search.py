@@ -213,8 +213,8 @@ def test_keeping_the_baseline_keeps_the_micro_batch_that_fits():
     """Nothing beats the fitting micro-batch: what is kept is it, not PyTorch defaults (the
     user's next run would run out of memory again)."""
     outcome = search(oom_above(64, lambda knobs: record(0.1)))[0].run()
-    assert outcome.knobs == Knobs(micro_batch_size=64) and outcome.confirmed
-    assert outcome.speedup == pytest.approx(1.0)
+    assert outcome.knobs == outcome.baseline_knobs == Knobs(micro_batch_size=64)
+    assert outcome.confirmed and outcome.speedup == pytest.approx(1.0)
     assert "confirm: nothing beat micro_batch=64 (the largest micro-batch that fits) beyond " \
         "noise; keeping it" in outcome.notes
     assert not any(r.trial_id == "micro_batch=64" for r in outcome.rejected)  # not against itself

@@ -62,3 +62,10 @@ def test_rows_parse_the_same_in_every_process():
                               ).stdout for seed in ("1", "2")}
     assert len(outputs) == 1
     assert outputs.pop().strip() == str(load("train_tabular").make_dataset(size=4)[3][0].tolist())
+
+
+def test_a_repeated_clip_keeps_its_label():
+    """Samples beyond the stored clips repeat them: clip i % UNIQUE, and its label."""
+    audio = load("train_audio")
+    dataset = audio.make_dataset(size=audio.UNIQUE + 5)
+    assert all(dataset.labels[audio.UNIQUE + i] == dataset.labels[i] for i in range(5))

@@ -72,9 +72,9 @@ class Progress:
                    + (f", {speed}" if speed else "")
                    + f"  ({max(0.0, self.time_left()):.0f} s left)")
 
-    def best(self, samples_per_s: float, speedup: float, label: str = "defaults") -> None:
-        """The settings the search holds as best: a faster trial counts once its race has
-        shown it faster, so this can lag a trial line above it."""
+    def best(self, samples_per_s: float, speedup: float, label: str) -> None:
+        """The settings the search holds as best: updated when a stage adopts its pick
+        (after its race), so this can lag a faster trial line above it."""
         self.best_text = f"{label} at {samples_per_s:.0f} samples/s ({speedup:.2f}x)"
 
 
@@ -96,6 +96,7 @@ def to_json(outcome: Outcome, script: Path, output: Path | None, elapsed_s: floa
         "device": outcome.facts.device,
         "effective_batch": outcome.facts.effective_batch,
         "ranks": outcome.facts.ranks,
+        "baseline": describe(outcome.baseline_knobs),
         "baseline_samples_per_s": round(outcome.baseline_samples_per_s, 2),
         "tuned_samples_per_s": round(outcome.tuned_samples_per_s, 2),
         "speedup": round(outcome.speedup, 3),
@@ -155,7 +156,8 @@ def print_table(console: Console, outcome: Outcome, output: Path | None, elapsed
         table.add_row(name, _show(default), Text(_show(chosen), style=style))
     console.print(table)
     hw = outcome.facts
-    console.print(f"samples/s: defaults {outcome.baseline_samples_per_s:,.0f} -> tuned "
+    console.print(f"samples/s: {baseline_label(outcome)} {outcome.baseline_samples_per_s:,.0f}"
+                  " -> tuned "
                   f"{outcome.tuned_samples_per_s:,.0f}, "
                   f"speedup [bold]{escape(speedup_text(outcome))}[/bold]", highlight=False)
     if outcome.runner_up is not None:
@@ -176,14 +178,22 @@ def print_table(console: Console, outcome: Outcome, output: Path | None, elapsed
 
 def speedup_text(outcome: Outcome) -> str:
     """``1.61x [1.52, 1.70]`` when confirmed by interleaved re-runs, else marked unconfirmed;
-    nothing to confirm when the defaults were kept."""
+    nothing to confirm when the baseline was kept."""
     text = f"{outcome.speedup:.2f}x"
+    if outcome.knobs == outcome.baseline_knobs and outcome.knobs.changed():
+        return text + " (the largest micro-batch that fits kept: nothing beat it beyond noise)"
     if not outcome.knobs.changed():
         return text + " (PyTorch's defaults kept: nothing beat them beyond noise)"
     if outcome.speedup_interval:
         low, high = outcome.speedup_interval
         text += f" [{low:.2f}, {high:.2f}]"
     return text if outcome.confirmed else text + " (unconfirmed)"
+
+
+def baseline_label(outcome: Outcome) -> str:
+    """``defaults``, or ``micro_batch=64 (fits)`` when the user's batch did not."""
+    knobs = outcome.baseline_knobs
+    return f"{describe(knobs)} (fits)" if knobs.changed() else "defaults"
 
 
 def _show(value: Any) -> str:

@@ -45,10 +45,10 @@ def confirm(search: Search) -> Outcome:
     search.on_stage("confirm")
     _name_a_noisy_machine(search)
     judge = search.judge
-    tuned, default = search.incumbent, search.defaults
+    tuned, default = search.incumbent, search.baseline_knobs
     outcome = Outcome(search.facts, tuned, judge.speed(search.baseline),
                       judge.speed(search.incumbent_result), search.results, search.rejected,
-                      search.notes)
+                      search.notes, baseline_knobs=default)
     alternative = simpler_alternative(search)
     rival = alternative or _compile_rival(search) or closest_rival(search)
     contender = None
@@ -57,6 +57,7 @@ def confirm(search: Search) -> Outcome:
     configs = list(dict.fromkeys(k for k in (tuned, default, rival) if k is not None))
     if len(configs) < 2:  # the defaults, and nothing left within reach of them
         outcome.tuned_samples_per_s = outcome.baseline_samples_per_s
+        _note_kept_micro_batch(search, default)
         return outcome
     rounds = _affordable_rounds(search, configs)
     if rounds < MIN_ROUNDS and len(configs) > 2:  # the rival's compile does not fit
@@ -99,7 +100,7 @@ def _settled(search: Search, configs: list[Knobs]) -> Callable[[TrialResult], bo
     """The confirmation's stop rule: at the looks (after 2, 3, 4, 6, 8, ... rounds), stop
     once every setting is decided against the fastest, as in the stages' races; a budget
     that runs out stops it too."""
-    tie = math.log(1 + search.options.min_gain)
+    tie = search.options.tie
     seen: list[TrialResult] = []
 
     def stop(result: TrialResult) -> bool:
@@ -132,7 +133,7 @@ def _decide(search: Search, runs: dict[Knobs, list[TrialResult]], step: dict[Kno
     if contender is not None and merge(runs.get(contender, [])) is not None and (
             step[contender] * gain < step[pick]):
         overtaken, pick = pick, contender
-    default = search.defaults
+    default = search.baseline_knobs
     needs_headroom = any(c.stage == HEADROOM for c in search.changes)
     kept_defaults = pick != default and step[pick] * gain > step[default] and not needs_headroom
     if overtaken is not None:
@@ -148,30 +149,37 @@ def _decide(search: Search, runs: dict[Knobs, list[TrialResult]], step: dict[Kno
         search.reject(loser, f"within noise of the defaults when confirmed ({measured:+.1%} "
                              f"over {len(runs[default])} interleaved rounds)")
         pick = default
-    elif pick == default and default.changed():  # no stage beat the micro-batch that fits
-        search.note(f"confirm: nothing beat {_name(default)} beyond noise; keeping it")
+    elif pick == default:
+        _note_kept_micro_batch(search, default)
     return pick
+
+
+def _note_kept_micro_batch(search: Search, default: Knobs) -> None:
+    if default.changed():  # no stage beat the micro-batch that fits
+        search.note(f"confirm: nothing beat {_name(default)} beyond noise; keeping it")
 
 
 def _restate_rejections(search: Search, runs: dict[Knobs, list[TrialResult]], pick: Knobs
                         ) -> None:
-    """A rejected setting re-run here is judged again on these rounds beside the pick, the
-    closest comparison the search made, and these rounds' verdict stands: its stage's
-    (``slower (-5%)``, or ``within noise (-10.6%)`` from a short race) must not contradict
-    the runner-up's (a tie at 0.99x)."""
-    tie = math.log(1 + search.options.min_gain)
+    """A setting rejected on speed and re-run here is judged again on these rounds beside
+    the pick, the closest comparison the search made, and these rounds' verdict stands:
+    its stage's (``slower (-5%)``, or ``within noise (-10.6%)`` from a short race) must not
+    contradict the runner-up's (a tie at 0.99x). The pick itself is no longer rejected.
+    Compile is left to its own rule, which pools its race's rounds with these."""
+    search.rejected[:] = [r for r in search.rejected
+                          if not (r.on_speed and r.trial_id == describe(pick))]
     for knobs, results in runs.items():
-        reason = paired_reason(results, runs[pick], tie, ", confirmed")
-        if knobs == pick or reason is None:
+        if knobs == pick or knobs.compile_mode != pick.compile_mode:
             continue
+        reason = paired_reason(results, runs[pick], search.options.tie, ", confirmed")
         for rejection in search.rejected:
-            if rejection.trial_id == describe(knobs) and "confirm" not in rejection.reason \
-                    and rejection.reason.startswith(("slower (", "within noise (")):
+            if reason and rejection.on_speed and rejection.trial_id == describe(knobs):
                 rejection.reason = reason
 
 
 def _name(default: Knobs) -> str:
-    """The baseline's name in notes: the defaults, or the micro-batch that fits."""
+    """The baseline's name in notes: the defaults, or (the only other baseline there is,
+    see ``Search.baseline_knobs``) the micro-batch that fits."""
     return f"{describe(default)} (the largest micro-batch that fits)" if default.changed() \
         else "PyTorch defaults"
 
@@ -246,11 +254,11 @@ def _name_a_noisy_machine(search: Search) -> None:
     """Say so when the defaults, re-run through the search, vary beyond ``NOISY_SPREAD``:
     differences smaller than that spread are hard to tell apart, whatever the statistics."""
     speeds = sorted(search.judge.speed(r) for r in search.results
-                    if r.trial.knobs == search.defaults and r.ok and r.step_time)
+                    if r.trial.knobs == search.baseline_knobs and r.ok and r.step_time)
     if len(speeds) < 3 or speeds[-1] <= speeds[0] * (1 + NOISY_SPREAD):
         return
     spread = speeds[-1] / speeds[0] - 1
-    search.note(f"machine: noisy: {_name(search.defaults)} measured {speeds[0]:.0f} to "
+    search.note(f"machine: noisy: {_name(search.baseline_knobs)} measured {speeds[0]:.0f} to "
                 f"{speeds[-1]:.0f} "
                 f"samples/s over {len(speeds)} runs ({spread:+.0%}); differences of a few % "
                 "are uncertain here: stop other jobs on this machine during tuning, or give "
@@ -308,7 +316,7 @@ def closest_contender(search: Search) -> Knobs | None:
     """The fastest other setting the stages measured (not the defaults, the same compile
     mode as the pick, none of its values rejected): when the pick's one change undone is
     the defaults, this is the comparison that can still be wrong."""
-    pick, default = search.incumbent, search.defaults
+    pick, default = search.incumbent, search.baseline_knobs
     times: dict[Knobs, list[float]] = {}
     for result in search.results:
         knobs = result.trial.knobs

@@ -20,11 +20,20 @@ class Options:
     max_memory_bytes: int | None = None
     memory_headroom: float = 0.85  # share of --max-memory a chosen micro-batch may use
 
+    @property
+    def tie(self) -> float:
+        """``min_gain`` on the log scale of paired step-time ratios: closer is a tie."""
+        return math.log(1 + self.min_gain)
+
 
 @dataclass
 class Rejection:
+    """``on_speed``: lost a comparison of speeds (not a failure or a drift), so a closer
+    comparison later in the search may word it again."""
+
     trial_id: str
     reason: str
+    on_speed: bool = False
 
 
 @dataclass

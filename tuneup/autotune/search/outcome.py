@@ -39,7 +39,8 @@ class RunnerUp:
 @dataclass
 class Outcome:
     """The search's answer. ``confirmed``: the speed-up comes from interleaved re-runs of
-    the pick and the defaults, not from the stages' single trials."""
+    the pick and the baseline, not from the stages' single trials. ``baseline_knobs``:
+    what the speed-up is over, PyTorch defaults unless the user's batch did not fit."""
 
     facts: ScriptFacts
     knobs: Knobs
@@ -51,6 +52,7 @@ class Outcome:
     confirmed: bool = False
     speedup_interval: tuple[float, float] | None = None
     runner_up: RunnerUp | None = None
+    baseline_knobs: Knobs = field(default_factory=Knobs)
 
     @property
     def speedup(self) -> float:

@@ -60,10 +60,10 @@ class Search:
         return self.judge.facts
 
     @property
-    def defaults(self) -> Knobs:
+    def baseline_knobs(self) -> Knobs:
         """What the pick must beat and the speed-up is measured against: PyTorch defaults,
         or the largest micro-batch that fits when the user's own batch does not (keeping
-        the defaults then must not bring the out-of-memory back)."""
+        the defaults then must not bring the out-of-memory back); nothing else."""
         return self.baseline.trial.knobs if self.baseline is not None else Knobs()
 
     @property
@@ -101,8 +101,8 @@ class Search:
         return False
 
     def reject(self, result: TrialResult, reason: str,
-               ban: tuple[str, object] | None = None) -> None:
-        self.rejected.append(Rejection(describe(result.trial.knobs), reason))  # not "#3"
+               ban: tuple[str, object] | None = None, on_speed: bool = False) -> None:
+        self.rejected.append(Rejection(describe(result.trial.knobs), reason, on_speed))  # not "#3"
         if ban:
             self.banned.add(ban)
 
@@ -165,13 +165,15 @@ class Search:
         near = [survivors[k] for k, step in typical.items()
                 if step * (1 - self.options.min_gain) <= fastest]
         chosen = min(near, key=lambda r: (complexity(r.trial.knobs), typical[r.trial.knobs]))
-        tie = math.log(1 + self.options.min_gain)
+        sweep = runs[chosen.trial.knobs][0]  # chosen's run in the sweep's process
         for knobs, result in survivors.items():
             if knobs not in (chosen.trial.knobs, reference.trial.knobs):
-                paired = paired_reason(runs[knobs][1:], runs[chosen.trial.knobs][1:], tie)
-                self.reject(result, paired or judge.versus(result, chosen))
+                paired = paired_reason(runs[knobs][1:], runs[chosen.trial.knobs][1:],
+                                       self.options.tie, ", raced")
+                self.reject(result, paired or judge.versus(runs[knobs][0], sweep),
+                            on_speed=True)
         for result in out_of_reach:  # against what won, not what it was swept beside
-            self.reject(result, judge.versus(result, chosen))
+            self.reject(result, judge.versus(result, sweep), on_speed=True)
         self.adopt(chosen, reference, stage)
         return chosen
 
@@ -190,7 +192,7 @@ class Search:
         which the simpler settings win), or when its rounds are spent. ``paired``: rounds
         of the contenders already taken after their first runs (counted as the race's).
         """
-        tie = math.log(1 + (self.options.min_gain if tie is None else tie))
+        tie = self.options.tie if tie is None else math.log(1 + tie)
         runs = {r.trial.knobs: [r, *(paired or {}).get(r.trial.knobs, [])] for r in contenders}
         self.raced_out = {}
         done = min(len(v) - 1 for v in runs.values())
@@ -238,7 +240,7 @@ class Search:
             loser = merge(self.raced_out[knobs])
             if loser is not None:
                 gain = math.exp(-sum(interval) / 2) - 1  # its speed over the leader's, less 1
-                self.reject(loser, f"slower ({gain:+.0%}, raced)")
+                self.reject(loser, f"slower ({gain:+.0%}, raced)", on_speed=True)
         return undecided
 
     def compile_hold(self) -> float:

@@ -40,14 +40,17 @@ def verdict(runs: dict[Knobs, list[TrialResult]], tie: float, first_round: int =
 
 def paired_reason(runs: list[TrialResult], leader: list[TrialResult], tie: float,
                   how: str = "") -> str | None:
-    """Why a setting run in rounds beside the leader lost, from their paired ratios:
-    ``slower (-12%)`` only when its interval lies beyond ``tie`` (log scale), otherwise
-    ``within noise (-2.0%)``, so the two words never name the same evidence. ``how`` is
-    appended inside the brackets; None with fewer than two pairs."""
+    """How a setting run in rounds beside the leader compares, from their paired ratios:
+    ``slower (-12%)`` when its interval lies beyond ``tie`` (log scale) on the slow side,
+    ``faster (+5.0%)`` on the fast side (the notes say why it was not taken), otherwise
+    ``within noise (-2.0%)``: no two words name the same evidence. ``how`` is appended
+    inside the brackets; None with fewer than two pairs."""
     interval = log_ratio_interval(*paired_steps(runs, leader))
     if interval is None:
         return None
     gain = math.exp(-sum(interval) / 2) - 1  # its speed over the leader's, less 1
     if interval[0] > tie:
         return f"slower ({gain:+.0%}{how})"
+    if interval[1] < -tie:
+        return f"faster ({gain:+.1%}{how})"
     return f"within noise ({gain:+.1%}{how})"

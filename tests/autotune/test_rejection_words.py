@@ -33,5 +33,11 @@ def test_a_loss_the_rounds_cannot_tell_from_noise_is_within_noise():
     assert reason.endswith(", confirmed)")
 
 
+def test_a_steady_gain_beyond_the_tie_zone_is_faster_not_within_noise():
+    leader = runs(Knobs(), [0.10, 0.11, 0.10])
+    winner = runs(Knobs(num_workers=1), [0.09, 0.099, 0.09])
+    assert paired_reason(winner, leader, TIE) == "faster (+11.1%)"
+
+
 def test_fewer_than_two_pairs_say_nothing():
     assert paired_reason(runs(Knobs(num_workers=1), [0.2]), runs(Knobs(), [0.1]), TIE) is None
