@@ -477,3 +477,11 @@ def test_a_candidate_swept_out_of_reach_is_slower_than_what_won_not_within_noise
     assert Knobs(num_workers=1) not in {t.knobs for t in recorded.ran[-3:]}  # not confirmed
     (reason,) = [r.reason for r in outcome.rejected if r.trial_id == "workers=1"]
     assert reason == "slower (-31%)"
+
+
+def test_a_baseline_no_micro_batch_fits_names_what_was_tried_and_the_fix():
+    with pytest.raises(SearchError) as error:
+        search(oom_above(16, compute_bound))[0].run()
+    assert str(error.value) == (
+        "the script runs out of memory with PyTorch defaults (out of memory), and so do "
+        "micro-batches of 128, 64, 32; lower its batch size before tuning")

@@ -47,12 +47,23 @@ def measure_baseline(search: Search) -> TrialResult:
             search.note(f"{knob} left alone: {reason}")
     if baseline.status == protocol.OOM and facts is not None:
         baseline = _fitting_micro_batch(search, baseline)
+    if baseline.status == protocol.OOM:
+        raise _out_of_memory(search, baseline, tried=facts is not None)
     if not baseline.ok:
         raise SearchError(f"the script fails with PyTorch defaults ({baseline.status}: "
                           f"{baseline.message}); fix that before tuning")
     if baseline.micro_batch_blocked:
         search.note(f"batch: micro-batching left alone: {baseline.micro_batch_blocked}")
     return baseline
+
+
+def _out_of_memory(search: Search, baseline: TrialResult, tried: bool) -> SearchError:
+    """No micro-batch fits either: what was tried, and the two ways out."""
+    sizes = ", ".join(map(str, space.micro_batches(search.facts))) if tried else ""
+    also = f", and so do micro-batches of {sizes}" if sizes else ""
+    cap = " or raise --max-memory" if search.options.max_memory_bytes else ""
+    return SearchError(f"the script runs out of memory with PyTorch defaults "
+                       f"({baseline.message}){also}; lower its batch size{cap} before tuning")
 
 
 def _fitting_micro_batch(search: Search, failed: TrialResult) -> TrialResult:
