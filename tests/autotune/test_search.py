@@ -485,3 +485,21 @@ def test_a_baseline_no_micro_batch_fits_names_what_was_tried_and_the_fix():
     assert str(error.value) == (
         "the script runs out of memory with PyTorch defaults (out of memory), and so do "
         "micro-batches of 128, 64, 32; lower its batch size before tuning")
+
+
+def test_a_baseline_out_of_memory_that_micro_batches_cannot_help_stops_at_once():
+    """The script computes its loss outside loop.train_step: the first micro-batch trial
+    says it cannot split the batch, and the error says why instead of trying the rest."""
+    blocked = "the script computes its loss outside loop.train_step"
+
+    def timing(knobs: Knobs) -> dict:
+        return {**record(0.1, status="oom"),
+                "micro_batch_blocked": blocked if knobs.micro_batch_size else None}
+
+    tuner, recorded = search(timing)
+    with pytest.raises(SearchError) as error:
+        tuner.run()
+    assert str(error.value) == ("the script runs out of memory with PyTorch defaults (out of "
+                                f"memory); micro-batches cannot help: {blocked}; lower its batch "
+                                "size before tuning")
+    assert [t.id for t in recorded.ran] == ["defaults", "micro_batch=128"]

@@ -431,8 +431,10 @@ class TrialSession(hooks.Observer):
         message = apply.one_line(exc)
         if self.trial_running:
             status = protocol.OOM if apply.is_out_of_memory(exc) else protocol.ERROR
+            blocked = self.loop.micro_batch_blocked if self.loop is not None else None
             self.emit({"event": protocol.EVENT_TRIAL_END, "id": self.plan.trials[self.index]["id"],
-                       "status": status, "message": message, "phase": self.phase})
+                       "status": status, "message": message, "phase": self.phase,
+                       "micro_batch_blocked": blocked})  # a smaller micro-batch cannot help
         else:
             self.emit({"event": protocol.EVENT_EXIT, "reason": "error", "message": message})
         self.finished = True

@@ -58,15 +58,20 @@ def measure_baseline(search: Search) -> TrialResult:
 
 
 def _out_of_memory(search: Search, baseline: TrialResult, tried: bool) -> SearchError:
-    """No micro-batch fits either: what was tried, and the two ways out."""
+    """No micro-batch fits either (or the script cannot be micro-batched): what was
+    tried, and the ways out."""
     sizes = ", ".join(map(str, space.micro_batches(search.facts))) if tried else ""
     also = f", and so do micro-batches of {sizes}" if sizes else ""
+    if baseline.micro_batch_blocked:
+        also = f"; micro-batches cannot help: {baseline.micro_batch_blocked}"
     cap = " or raise --max-memory" if search.options.max_memory_bytes else ""
     return SearchError(f"the script runs out of memory with PyTorch defaults "
                        f"({baseline.message}){also}; lower its batch size{cap} before tuning")
 
 
 def _fitting_micro_batch(search: Search, failed: TrialResult) -> TrialResult:
+    if failed.micro_batch_blocked:
+        return failed
     for size in sorted(space.micro_batches(search.facts), reverse=True):
         (result,) = search.measure([search.trial(Knobs(micro_batch_size=size), check=True)])
         if result.ok:
@@ -74,7 +79,7 @@ def _fitting_micro_batch(search: Search, failed: TrialResult) -> TrialResult:
             search.note(f"baseline: the batch of {search.facts.effective_batch} does not fit "
                         f"in memory; micro-batches of {size} do (same effective batch)")
             return result
-        if result.status != protocol.OOM:
+        if result.status != protocol.OOM or result.micro_batch_blocked:
             return result
     return failed
 
