@@ -18,10 +18,11 @@ script=${TUNEUP_DEMO_SCRIPT:-docs/examples/train_images.py}
 folder=$(mktemp -d)
 trap 'rm -rf "$folder"' EXIT
 out="$folder/$(basename "$script" .py).tuneup.json"
-echo; echo "== tuneup autotune $script"
-$tuneup autotune "$script" --budget "${TUNEUP_DEMO_BUDGET:-180}" --output "$out" -- --steps 100000
-
 steps=${TUNEUP_DEMO_STEPS:-300}
+echo; echo "== tuneup autotune $script (for a run of $steps steps)"
+$tuneup autotune "$script" --budget "${TUNEUP_DEMO_BUDGET:-180}" --expected-steps "$steps" \
+  --output "$out" -- --steps 100000
+
 echo; echo "== the example, $steps steps with plain PyTorch defaults (TUNEUP_DISABLE=1)"
 TUNEUP_DISABLE=1 .venv/bin/python "$script" --steps "$steps"
 echo; echo "== the same, with the tuned settings (the time includes any compile)"

@@ -9,7 +9,7 @@ import re
 from collections.abc import Callable
 
 import pytest
-from test_search import compute_bound, record, search
+from test_search import JITTER, compute_bound, record, search
 
 from tuneup.autotune.report import runner_up_text, to_json
 from tuneup.autotune.search import Change, Options, Search, describe
@@ -299,3 +299,23 @@ def test_a_stage_loss_re_run_as_a_tie_is_rejected_in_the_confirmation_s_words():
     assert outcome.runner_up is not None and outcome.runner_up.knobs.num_workers
     reasons = [r.reason for r in outcome.rejected if r.trial_id == describe(outcome.runner_up.knobs)]
     assert reasons and all(r == "within noise (+0.0%, confirmed)" for r in reasons)
+
+
+def test_compile_that_stays_on_pooled_rounds_says_why_when_the_confirmation_disagrees():
+    """Compile wins its race by 20 %, then loses the confirmation's rounds by 5 %: pooled,
+    it stays, and the notes say so beside a runner-up that looked faster."""
+    stage = {"name": ""}
+
+    def timing(knobs: Knobs) -> dict:
+        data = compute_bound(knobs)
+        if knobs.compile_mode and stage["name"] == "confirm":
+            eager = compute_bound(Knobs(amp_dtype=knobs.amp_dtype))["step_s_all"][0]
+            data = {**data, "step_s_all": [eager * 1.05 * j for j in JITTER]}
+        return data
+
+    tuner, _ = search(timing)
+    tuner.on_stage = lambda name: stage.update(name=name)
+    outcome = tuner.run()
+    assert outcome.knobs.compile_mode == "default"
+    assert any(n.startswith("confirm: amp=bfloat16,compile=default stays: faster over its "
+                            "stage's ") for n in outcome.notes)

@@ -215,6 +215,12 @@ def _redecide_compile(search: Search, runs: dict[Knobs, list[TrialResult]], pick
         assert loser is not None
         search.reject(loser, f"{reason}, with the confirmation's {rounds} rounds added")
         return race.eager
+    if reason is None and typical_step(runs[race.eager]) < typical_step(runs[race.compiled]):
+        # the runner-up will say eager was faster here: say why compile stays
+        search.note(f"confirm: {describe(race.compiled)} stays: faster over its stage's "
+                    f"{len(race.runs[race.compiled])} runs and the confirmation's {rounds} "
+                    "together, though not in the confirmation's alone (a noisy machine: "
+                    "tune again when it is quieter, or with a larger --budget)")
     return pick
 
 
