@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from tuneup.autotune.search.run import Search
 
 MIN_ROUNDS = 2
+SLACK = 0.05  # of the budget left: windows run longer than the typical step the estimate uses
 MAX_ROUNDS = 32  # a tie that stays undecided does not take a large budget's every second
 
 
@@ -61,7 +62,7 @@ def confirm(search: Search) -> Outcome:
         return outcome
     rounds = _affordable_rounds(search, configs)
     if rounds < MIN_ROUNDS and len(configs) > 2:  # the rival's compile does not fit
-        configs = configs[:2]
+        configs = _two_to_rerun(search, configs, rival if rival == alternative else None)
         rounds = _affordable_rounds(search, configs)
     if rounds < MIN_ROUNDS:
         search.note("confirm: skipped, budget exhausted; the speed-up is UNCONFIRMED "
@@ -75,11 +76,12 @@ def confirm(search: Search) -> Outcome:
         search.note(f"confirm: settled after {len(taken) // len(configs)} of {rounds} rounds, "
                     f"{search.budget.time_left():.0f} s of the budget unused: each setting "
                     "beside the pick is slower beyond noise, or within it, with 95 % confidence")
-    if merge(runs[tuned]) is None or merge(runs[default]) is None:
+    if any(merge(runs[k]) is None for k in (tuned, default) if k in runs):
         search.note("confirm: re-runs failed; the speed-up is UNCONFIRMED "
                     "(single trials of the stages)")
         return outcome
     step = {k: typical_step(v) for k, v in runs.items()}  # medians over the rounds decide
+    step.setdefault(default, typical_step([r for r in search.results if r.trial.knobs == default]))
     # within noise the simpler side wins, unless the two differ in compile (decided on the
     # compile race's rounds and these together, by the compile stage's own rule)
     simpler = rival if rival not in (None, default, contender) and \
@@ -94,6 +96,25 @@ def confirm(search: Search) -> Outcome:
     outcome.speedup_interval = ratio_interval(search.results, pick, default)
     outcome.runner_up = runner_up(pick, runs, step)
     return outcome
+
+
+def _two_to_rerun(search: Search, configs: list[Knobs], alternative: Knobs | None
+                  ) -> list[Knobs]:
+    """When the budget holds two settings a round, not three: the pick and the defaults,
+    unless the stages already beat the defaults beyond noise (95 % interval of the speed-up
+    above the tie zone) and the third is the pick's simpler alternative: that comparison
+    can still be wrong (bfloat16 chosen eagerly, then compiled: slower than compile alone
+    on a CPU where bfloat16 gains nothing), the other one hardly. Without the defaults'
+    slower trials in each round, the estimate has no cushion: hence the slack."""
+    tuned, default = configs[0], configs[1]
+    interval = ratio_interval(search.results, tuned, default)
+    if alternative is None or interval is None or interval[0] <= 1 + search.options.min_gain \
+            or _affordable_rounds(search, [tuned, alternative], slack=SLACK) < MIN_ROUNDS:
+        return [tuned, default]
+    search.note(f"confirm: {_name(default)} not re-run (the stages beat them beyond noise, "
+                f"{interval[0]:.2f}x to {interval[1]:.2f}x): the budget holds the pick beside "
+                f"{describe(alternative)} instead")
+    return [tuned, alternative]
 
 
 def _settled(search: Search, configs: list[Knobs]) -> Callable[[TrialResult], bool]:
@@ -135,7 +156,8 @@ def _decide(search: Search, runs: dict[Knobs, list[TrialResult]], step: dict[Kno
         overtaken, pick = pick, contender
     default = search.baseline_knobs
     needs_headroom = any(c.stage == HEADROOM for c in search.changes)
-    kept_defaults = pick != default and step[pick] * gain > step[default] and not needs_headroom
+    kept_defaults = (pick != default and default in runs and step[pick] * gain > step[default]
+                     and not needs_headroom)
     if overtaken is not None:
         search.note(f"confirm: {describe(pick)} is faster beyond noise when re-run beside "
                     f"{describe(overtaken)}; "
@@ -239,7 +261,7 @@ def runner_up(pick: Knobs, runs: dict[Knobs, list[TrialResult]], step: dict[Knob
     return RunnerUp(second, relative, confidence)
 
 
-def _affordable_rounds(search: Search, configs: list[Knobs]) -> int:
+def _affordable_rounds(search: Search, configs: list[Knobs], slack: float = 0.0) -> int:
     """Confirmation rounds that fit in the budget left. A process compiles once (from the
     run's cache) for one compiled configuration; with two different ones, each of their
     trials compiles again (the process keeps the graphs of the settings it compiled last)."""
@@ -250,7 +272,7 @@ def _affordable_rounds(search: Search, configs: list[Knobs]) -> int:
     warm = budget.warm_compile_seconds() if compiled else 0.0
     per_round += warm * compiled if compiled > 1 else 0.0
     fixed = budget.startup_seconds() + (warm if compiled == 1 else 0.0)
-    return min(MAX_ROUNDS, int((budget.time_left() - fixed) // per_round))
+    return min(MAX_ROUNDS, int((budget.time_left() * (1 - slack) - fixed) // per_round))
 
 
 NOISY_SPREAD = 0.15  # the same settings varying more than this between runs: a noisy machine
