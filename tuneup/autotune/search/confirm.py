@@ -58,7 +58,8 @@ def confirm(search: Search) -> Outcome:
     configs = list(dict.fromkeys(k for k in (tuned, default, rival) if k is not None))
     if len(configs) < 2:  # the defaults, and nothing left within reach of them
         outcome.tuned_samples_per_s = outcome.baseline_samples_per_s
-        _note_kept_micro_batch(search, default)
+        if default.changed():  # no stage beat the micro-batch that fits
+            _note_kept(search, default)
         return outcome
     rounds = _affordable_rounds(search, configs)
     if rounds < MIN_ROUNDS and len(configs) > 2:  # the rival's compile does not fit
@@ -81,7 +82,8 @@ def confirm(search: Search) -> Outcome:
                     "(single trials of the stages)")
         return outcome
     step = {k: typical_step(v) for k, v in runs.items()}  # medians over the rounds decide
-    step.setdefault(default, typical_step([r for r in search.results if r.trial.knobs == default]))
+    if default not in step:  # not re-run: the stages' runs of the defaults
+        step[default] = typical_step([r for r in search.results if r.trial.knobs == default])
     # within noise the simpler side wins, unless the two differ in compile (decided on the
     # compile race's rounds and these together, by the compile stage's own rule)
     simpler = rival if rival not in (None, default, contender) and \
@@ -163,22 +165,21 @@ def _decide(search: Search, runs: dict[Knobs, list[TrialResult]], step: dict[Kno
                     f"{describe(overtaken)}; "
                     + ("but not than the defaults" if kept_defaults else "taking it"))
     if kept_defaults:
-        search.note(f"confirm: nothing beat {_name(default)} beyond noise; keeping "
-                    + ("it" if default.changed() else "defaults"))
+        _note_kept(search, default)
         measured = step[default] / step[pick] - 1
         loser = merge(runs[pick])
         assert loser is not None
         search.reject(loser, f"within noise of the defaults when confirmed ({measured:+.1%} "
                              f"over {len(runs[default])} interleaved rounds)")
         pick = default
-    elif pick == default:
-        _note_kept_micro_batch(search, default)
+    elif pick == default and default.changed():  # no stage beat the micro-batch that fits
+        _note_kept(search, default)
     return pick
 
 
-def _note_kept_micro_batch(search: Search, default: Knobs) -> None:
-    if default.changed():  # no stage beat the micro-batch that fits
-        search.note(f"confirm: nothing beat {_name(default)} beyond noise; keeping it")
+def _note_kept(search: Search, default: Knobs) -> None:
+    search.note(f"confirm: nothing beat {_name(default)} beyond noise; keeping "
+                + ("it" if default.changed() else "defaults"))
 
 
 def _restate_rejections(search: Search, runs: dict[Knobs, list[TrialResult]], pick: Knobs

@@ -12,7 +12,7 @@ from tuneup.autotune.search.judge import Judge, Options, Rejection
 from tuneup.autotune.search.labels import complexity, consistent, describe
 from tuneup.autotune.search.outcome import Change, Outcome
 from tuneup.autotune.search.stages import STAGES, CompileRace, measure_baseline, waits_for_data
-from tuneup.autotune.search.verdict import is_look, paired_reason, verdict
+from tuneup.autotune.search.verdict import interval_gain, is_look, paired_reason, verdict
 from tuneup.autotune.space import ScriptFacts
 from tuneup.autotune.trials import Trial, TrialResult, merge, typical_step
 from tuneup.settings import Knobs
@@ -239,8 +239,8 @@ class Search:
             self.raced_out[knobs] = runs.pop(knobs)
             loser = merge(self.raced_out[knobs])
             if loser is not None:
-                gain = math.exp(-sum(interval) / 2) - 1  # its speed over the leader's, less 1
-                self.reject(loser, f"slower ({gain:+.0%}, raced)", on_speed=True)
+                self.reject(loser, f"slower ({interval_gain(interval):+.0%}, raced)",
+                            on_speed=True)
         return undecided
 
     def compile_hold(self) -> float:

@@ -61,9 +61,10 @@ def _out_of_memory(search: Search, baseline: TrialResult, tried: bool) -> Search
     """No micro-batch fits either (or the script cannot be micro-batched): what was
     tried, and the ways out."""
     sizes = ", ".join(map(str, space.micro_batches(search.facts))) if tried else ""
-    also = f", and so do micro-batches of {sizes}" if sizes else ""
     if baseline.micro_batch_blocked:
         also = f"; micro-batches cannot help: {baseline.micro_batch_blocked}"
+    else:
+        also = f", and so do micro-batches of {sizes}" if sizes else ""
     cap = " or raise --max-memory" if search.options.max_memory_bytes else ""
     return SearchError(f"the script runs out of memory with PyTorch defaults "
                        f"({baseline.message}){also}; lower its batch size{cap} before tuning")

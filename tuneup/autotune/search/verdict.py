@@ -38,6 +38,12 @@ def verdict(runs: dict[Knobs, list[TrialResult]], tie: float, first_round: int =
     return slower, undecided
 
 
+def interval_gain(interval: tuple[float, float]) -> float:
+    """A contender's speed over the leader's, less 1, at the centre of the interval of its
+    log step-time ratio (``-0.2``: 20 % slower)."""
+    return math.exp(-sum(interval) / 2) - 1
+
+
 def paired_reason(runs: list[TrialResult], leader: list[TrialResult], tie: float,
                   how: str = "") -> str | None:
     """How a setting run in rounds beside the leader compares, from their paired ratios:
@@ -48,7 +54,7 @@ def paired_reason(runs: list[TrialResult], leader: list[TrialResult], tie: float
     interval = log_ratio_interval(*paired_steps(runs, leader))
     if interval is None:
         return None
-    gain = math.exp(-sum(interval) / 2) - 1  # its speed over the leader's, less 1
+    gain = interval_gain(interval)
     if interval[0] > tie:
         return f"slower ({gain:+.0%}{how})"
     if interval[1] < -tie:
