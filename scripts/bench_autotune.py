@@ -11,8 +11,9 @@ in one run on this machine:
    each measured with plain PyTorch code (a DataLoader and an ordinary training step; no
    tuneup), and the grid's total wall time including set-up and compile;
 2. `tuneup autotune` on the example script, as a user runs it (a subprocess with a fresh
-   inductor cache), given a budget of --budget-share of the grid's time (at least
-   --min-budget: a quick grid is too small for the ratio target to be meaningful);
+   inductor cache), given --budget seconds (default 120; or --budget-share of the grid's
+   wall time: the grid's size depends on whether bfloat16 is in it, and so would the budget,
+   so runs of the same workload on the same machine could not be compared);
 3. the defaults, the grid's best point and tuneup's pick re-measured interleaved with the
    same plain harness (so a lucky grid measurement does not inflate the grid-best).
 
@@ -147,7 +148,7 @@ def label(knobs: Knobs) -> str:
     return ",".join(parts) or "defaults"
 
 
-def bench(name: str, quick: bool, measure_s: float, budget_share: float, min_budget: float,
+def bench(name: str, quick: bool, measure_s: float, budget: float, budget_share: float | None,
           rounds: int, repeats: int) -> list[dict]:
     workload = importlib.import_module(name)
     dataset = workload.make_dataset()
@@ -163,7 +164,8 @@ def bench(name: str, quick: bool, measure_s: float, budget_share: float, min_bud
     grid_s = time.perf_counter() - grid_started
     grid_best = max(points, key=lambda p: p[0])[1]
 
-    budget = max(budget_share * grid_s, min_budget)
+    if budget_share is not None:
+        budget = budget_share * grid_s
     runs = []
     for run in range(1, repeats + 1):
         with tempfile.TemporaryDirectory(prefix="bench-settings-") as folder:
@@ -198,10 +200,10 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true",
                         help="smaller grid (amp x compile x workers 0/2)")
     parser.add_argument("--measure-seconds", type=float, default=2.5)
-    parser.add_argument("--budget-share", type=float, default=0.22,
-                        help="autotune budget as a share of the grid's wall time (default 0.22)")
-    parser.add_argument("--min-budget", type=float, default=30.0,
-                        help="lower bound of the autotune budget in seconds (default 30)")
+    parser.add_argument("--budget", type=float, default=120.0,
+                        help="each autotune run's budget in seconds (default 120)")
+    parser.add_argument("--budget-share", type=float,
+                        help="instead of --budget: a share of the grid's wall time")
     parser.add_argument("--rounds", type=int, default=2, help="interleaved re-measurement rounds")
     parser.add_argument("--runs", type=int, default=3, help="autotune runs per workload")
     parser.add_argument("--workloads", default=",".join(WORKLOADS),
@@ -210,8 +212,8 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args()
     results = [run for name in args.workloads.split(",")
-               for run in bench(name, args.quick, args.measure_seconds, args.budget_share,
-                                args.min_budget, args.rounds, args.runs)]
+               for run in bench(name, args.quick, args.measure_seconds, args.budget,
+                                args.budget_share, args.rounds, args.runs)]
     print("\nworkload        run  tuned/grid-best  budget used  confirmed  speedup vs defaults")
     for r in results:
         print(f"{r['workload']:15s} {r['run']:3d} {r['tuned_over_grid_best']:16.3f} "

@@ -143,3 +143,12 @@ def test_fingerprint_from_a_snapshot_and_its_differences():
 def test_safe_knobs_exist():
     names = set(Knobs().to_dict())
     assert set(fingerprint.SAFE_ACROSS_MACHINES) <= names
+
+
+def test_knobs_without_the_loader_keep_what_compiled_graphs_depend_on():
+    knobs = Knobs(num_workers=2, prefetch_factor=4, pin_memory=True, persistent_workers=True,
+                  compile_mode="default", amp_dtype="bfloat16", cpu_threads=1)
+    graphs = knobs.without_loader()
+    assert graphs == Knobs(compile_mode="default", amp_dtype="bfloat16", cpu_threads=1)
+    assert Knobs(num_workers=1, compile_mode="default").without_loader() == \
+        Knobs(num_workers=2, prefetch_factor=4, compile_mode="default").without_loader()

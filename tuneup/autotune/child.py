@@ -298,12 +298,13 @@ class TrialSession(hooks.Observer):
         self.emit({"event": protocol.EVENT_TRIAL_START, "id": trial["id"], "t": time.time()})
         knobs = Knobs.from_dict(trial.get("knobs") or {})
         loop = self.loop
-        if knobs.compile_mode and knobs != self.compiled:
+        if knobs.compile_mode and knobs.without_loader() != self.compiled:
             # Graphs of other knobs would pile up to dynamo's recompile limit, past which it
-            # runs eager without a word; a re-run of the same compiled knobs (a race) keeps
-            # its graphs, so only the first run in a process pays the compile time.
+            # runs eager without a word; a re-run of the same compiled knobs (a race), or of
+            # them with other loader knobs, keeps its graphs, so only the first run in a
+            # process pays the compile time.
             torch._dynamo.reset()
-            self.compiled = knobs
+            self.compiled = knobs.without_loader()
         if loop.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(loop.device)
         loop.configure(apply.filled(knobs, self.defaults))

@@ -66,6 +66,11 @@ class Knobs:
         """The DataLoader keywords this sets (only those not ``None``)."""
         return {k: getattr(self, k) for k in self.LOADER if getattr(self, k) is not None}
 
+    def without_loader(self) -> Knobs:
+        """These knobs minus the DataLoader's: what compiled graphs depend on (the loader only
+        feeds them), so settings that differ in loader knobs alone share their graphs."""
+        return self.replace(**dict.fromkeys(self.LOADER))
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 

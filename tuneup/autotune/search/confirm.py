@@ -264,12 +264,13 @@ def runner_up(pick: Knobs, runs: dict[Knobs, list[TrialResult]], step: dict[Knob
 
 def _affordable_rounds(search: Search, configs: list[Knobs], slack: float = 0.0) -> int:
     """Confirmation rounds that fit in the budget left. A process compiles once (from the
-    run's cache) for one compiled configuration; with two different ones, each of their
-    trials compiles again (the process keeps the graphs of the settings it compiled last)."""
+    run's cache) for one compiled configuration; with two whose graphs differ, each of their
+    trials compiles again (the process keeps the graphs of the settings it compiled last;
+    settings that differ in loader knobs alone share them)."""
     budget = search.budget
     per_round = budget.trial_seconds() + (len(configs) - 1) * budget.trial_seconds(
         search.baseline)
-    compiled = len({k for k in configs if k.compile_mode})
+    compiled = len({k.without_loader() for k in configs if k.compile_mode})
     warm = budget.warm_compile_seconds() if compiled else 0.0
     per_round += warm * compiled if compiled > 1 else 0.0
     fixed = budget.startup_seconds() + (warm if compiled == 1 else 0.0)

@@ -11,7 +11,8 @@ from tuneup.autotune.search.confirm import confirm
 from tuneup.autotune.search.judge import Judge, Options, Rejection
 from tuneup.autotune.search.labels import complexity, consistent, describe
 from tuneup.autotune.search.outcome import Change, Outcome
-from tuneup.autotune.search.stages import STAGES, CompileRace, measure_baseline, waits_for_data
+from tuneup.autotune.search.stages import (STAGES, CompileRace, measure_baseline,
+                                           prefetch_to_try, waits_for_data)
 from tuneup.autotune.search.verdict import interval_gain, is_look, paired_reason, verdict
 from tuneup.autotune.space import ScriptFacts
 from tuneup.autotune.trials import Trial, TrialResult, merge, typical_step
@@ -299,6 +300,10 @@ class Search:
         self.compile_to_come = False
         if with_compile:
             self.run_stage("compile", with_compile)
+            self.budget.reserve_s = 0.0  # what the compile stage held for the extras below
+            result = self.incumbent_result
+            if self.incumbent.compile_mode and result and prefetch_to_try(self, result):
+                self.run_stage("loader_extras", with_compile=False, again=True)
         return confirm(self)
 
     def stage_order(self, baseline: TrialResult) -> list[str]:

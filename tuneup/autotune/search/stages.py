@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
 HEADROOM = "batch (memory headroom)"  # a change made for memory, kept whatever its speed
 PREFETCH_WAIT_SHARE = 0.1  # data-wait share left that makes a deeper prefetch worth a trial
+DEEPER_PREFETCH = 4  # batches each worker keeps ready (PyTorch's default: 2)
 PERSISTENT_STARTUP_SHARE = 0.01  # worker start-up per epoch worth keeping workers alive
 COMPILE_RACE_ROUNDS = 40  # the last stage: what the budget has left goes to its decision
 FIRST_COMPILE_ROUNDS = 6  # paired rounds in the process that compiles first
@@ -168,8 +169,8 @@ def loader_extras(search: Search) -> None:
     extra = []
     if search.facts.on_cuda and search.incumbent.pin_memory is None:
         extra += search.candidates("pin_memory", [True])
-    if waits_for_data(search) and search.incumbent.prefetch_factor is None:
-        extra += search.candidates("prefetch_factor", [4])
+    if prefetch_to_try(search, reference):
+        extra += search.candidates("prefetch_factor", [DEEPER_PREFETCH])
     search.compare("loader", extra)
 
 
@@ -177,6 +178,17 @@ def waits_for_data(search: Search) -> bool:
     """The incumbent's loop still waits for data enough for a deeper prefetch to matter."""
     reference = search.incumbent_result
     return reference is not None and (reference.data_wait_share or 0) > PREFETCH_WAIT_SHARE
+
+
+def prefetch_to_try(search: Search, result: TrialResult) -> bool:
+    """A deeper prefetch is worth a trial beside ``result``, a run of the incumbent: it has
+    workers at the default depth, and its loop waits for data."""
+    knobs = search.incumbent
+    return (bool(knobs.num_workers) and knobs.prefetch_factor is None
+            and "loader" in search.options.groups
+            and "prefetch_factor" not in search.facts.fixed_knobs
+            and ("prefetch_factor", DEEPER_PREFETCH) not in search.banned
+            and (result.data_wait_share or 0) > PREFETCH_WAIT_SHARE)
 
 
 def _shares_cores(search: Search) -> bool:
@@ -253,6 +265,10 @@ def compile_(search: Search) -> None:
         if first is None:
             continue
         reference, result, paired = first
+        # compile shortens the step and can leave the loop waiting for data: the loader's
+        # extras run again after this stage, and its race leaves room for them
+        if prefetch_to_try(search, result):
+            search.budget.reserve_s = _prefetch_seconds(search, reference)
         # a compiled pick's confirmation compiles once more: the race leaves room for it
         search.budget.compile_s = max(search.budget.compile_s,
                                       _compile_seconds([result], [reference]))
@@ -313,6 +329,14 @@ def _first_compile_process(search: Search, trial: Trial) -> FirstProcess | None:
         if extra.ok:
             paired[extra.trial.knobs].append(extra)
     return reference, result, paired
+
+
+def _prefetch_seconds(search: Search, eager: TrialResult) -> float:
+    """What a deeper prefetch's trial after compile costs: a process that compiles from the
+    run's cache, then the compiled incumbent, the candidate and the incumbent again."""
+    budget = search.budget
+    return (budget.startup_seconds() + budget.warm_compile_seconds()
+            + 3 * budget.trial_seconds(eager))
 
 
 def _warm_warmup(compiled: list[TrialResult], eager: list[TrialResult], compile_s: float
