@@ -262,3 +262,15 @@ def test_a_bad_plan_exits_2(tmp_path):
                              text=True, timeout=120)
     assert process.returncode == 2
     assert "tuneup: bad probe plan" in process.stderr and "protocol 7" in process.stderr
+
+
+def test_bfloat16_is_called_slow_only_when_every_round_says_so():
+    """One disturbed round (116x, seen in a tuning child on a CPU with AVX512-BF16) must
+    not take bfloat16 out of the search; emulated bfloat16 is slow in every round."""
+    from tuneup.autotune.child import SLOW_BFLOAT16, least_slowdown
+
+    disturbed = iter([116.0, 0.8, 50.0])
+    assert least_slowdown(lambda: next(disturbed)) == 0.8
+    emulated = iter([61.0, 59.0, 64.0, 60.0, 62.0, 1.0])
+    assert least_slowdown(lambda: next(emulated)) == 59.0 > SLOW_BFLOAT16
+    assert next(emulated) == 1.0  # five rounds at most

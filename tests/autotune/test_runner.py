@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 import textwrap
 import time
 
+import psutil
 import pytest
 
-from tuneup.autotune.runner import Runner
+from tuneup.autotune.runner import Runner, process_tree_memory
 from tuneup.autotune.trials import Trial, TrialResult
 from tuneup.errors import ScriptError
 from tuneup.settings import Knobs
@@ -175,3 +178,39 @@ def test_a_failure_right_after_a_dtype_switch_is_retried_in_a_fresh_process(fake
     with Runner(fake_script({"b": "error-unless-first"})) as runner:  # no switch: no retry
         results = runner.run(trials("a", "b"))
     assert statuses(results) == {"a": "ok", "b": "error"}
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="proportional set sizes are Linux's")
+def test_forked_workers_count_the_pages_they_share_once(tmp_path):
+    """The memory cap's measure: a script holding 256 MiB that forks two workers (as a
+    DataLoader does) holds about 256 MiB, not the 768 MiB its resident sizes add up to;
+    below a cap the resident sizes are enough (they are never smaller)."""
+    script = tmp_path / "forks.py"
+    script.write_text(textwrap.dedent("""
+        import os, sys, time
+        data = bytearray(256 * 2**20)
+        for i in range(0, len(data), 4096):
+            data[i] = 1
+        for _ in range(2):
+            if os.fork() == 0:
+                time.sleep(60)
+                os._exit(0)
+        print("ready", flush=True)
+        time.sleep(60)
+    """))
+    process = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout.readline().strip() == "ready"
+        tree = psutil.Process(process.pid)
+        members = [tree, *tree.children()]
+        assert len(members) == 3
+        resident = sum(m.memory_info().rss for m in members)
+        held = process_tree_memory(process.pid, above=300 * 2**20)
+        assert resident > 700 * 2**20
+        assert 256 * 2**20 < held < 400 * 2**20
+        assert process_tree_memory(process.pid, above=2**40) >= resident - 2**20
+    finally:
+        for child in psutil.Process(process.pid).children():
+            child.kill()
+        process.kill()
+        process.wait()

@@ -95,7 +95,8 @@ class Budget:
 
     def affordable(self, trials: int, extra_s: float = 0.0) -> int:
         """How many of ``trials`` fit in the budget after a reserve for one confirmation round
-        (and, in low-impact stages, for the compile stage still to come)."""
+        and ``reserve_s`` (in low-impact stages, the compile stage still to come; in the
+        compile stage, the deeper prefetch after it)."""
         return max(0, min(trials, int(self._spare(extra_s) // self.trial_seconds())))
 
     def shortfall(self, trials: int) -> float:

@@ -12,7 +12,7 @@ from tuneup.autotune.search.judge import Judge, Options, Rejection
 from tuneup.autotune.search.labels import complexity, consistent, describe
 from tuneup.autotune.search.outcome import Change, Outcome
 from tuneup.autotune.search.stages import (STAGES, CompileRace, measure_baseline,
-                                           prefetch_to_try, waits_for_data)
+                                           prefetch_to_try)
 from tuneup.autotune.search.verdict import interval_gain, is_look, paired_reason, verdict
 from tuneup.autotune.space import ScriptFacts
 from tuneup.autotune.trials import Trial, TrialResult, merge, typical_step
@@ -25,7 +25,7 @@ LOW_IMPACT_ROUNDS = 2
 
 # Stages that must leave room for compile. Threads too: the loader stage already tries the
 # threads the workers leave over, where workers and threads compete for the cores.
-LOW_IMPACT = ("batch", "threads", "loader_extras")
+LOW_IMPACT = ("batch", "threads", "loader_extras", "deeper_prefetch")
 INPUT_BOUND_SHARE = 0.3  # baseline data-wait share above which the loader goes first
 
 
@@ -48,6 +48,7 @@ class Search:
         self.banned: set[tuple[str, object]] = set()  # (knob, value) that failed or drifted
         self.changes: list[Change] = []
         self.raced_out: dict[Knobs, list[TrialResult]] = {}  # the last race's losers' runs
+        self.races: list[dict[Knobs, list[TrialResult]]] = []  # every race's rounds, by knobs
         self.incumbent = Knobs()
         self.baseline: TrialResult | None = None
         self.speedup = 1.0  # incumbent over baseline, chained through the stages
@@ -198,6 +199,7 @@ class Search:
         self.raced_out = {}
         done = min(len(v) - 1 for v in runs.values())
         if done >= 2 and not self._drop_slower(runs, tie):
+            self._keep_rounds(runs)
             return runs  # decided by the rounds already taken
         while len(runs) >= 2 and done < rounds:
             extra_s = self.cold_start_seconds(runs) + self.compile_hold()
@@ -230,7 +232,15 @@ class Search:
             undecided = self._drop_slower(runs, tie)
             if not undecided or decided[0] or any(r.status == protocol.BUDGET for r in results):
                 break
+        self._keep_rounds(runs)
         return runs
+
+    def _keep_rounds(self, runs: dict[Knobs, list[TrialResult]]) -> None:
+        """The race's interleaved rounds (not the sweep's first runs), contenders raced out
+        included: the confirmation decides on them and its own rounds together."""
+        rounds = {k: v[1:] for k, v in {**runs, **self.raced_out}.items()}
+        if sum(bool(v) for v in rounds.values()) >= 2:
+            self.races.append(rounds)
 
     def _drop_slower(self, runs: dict[Knobs, list[TrialResult]], tie: float) -> bool:
         """Take the contenders slower beyond ``tie`` with confidence out of ``runs`` (into
@@ -290,20 +300,18 @@ class Search:
         self.compile_to_come = with_compile
         for name in [s for s in names if s != "compile"]:
             before = self.incumbent
-            self.run_stage(name, with_compile)
+            self.run_stage(name)
             if self.incumbent == before:
                 visited.append((name, before))
         for name, knobs in visited:  # once more where later stages moved the incumbent
             if self.incumbent != knobs:
-                self.run_stage(name, with_compile, again=True)
-        self.budget.reserve_s = 0.0
+                self.run_stage(name, again=True)
         self.compile_to_come = False
         if with_compile:
-            self.run_stage("compile", with_compile)
-            self.budget.reserve_s = 0.0  # what the compile stage held for the extras below
-            result = self.incumbent_result
-            if self.incumbent.compile_mode and result and prefetch_to_try(self, result):
-                self.run_stage("loader_extras", with_compile=False, again=True)
+            self.run_stage("compile")
+            if self.incumbent.compile_mode and "loader" in self.options.groups:
+                self.run_stage("deeper_prefetch")
+        self.budget.reserve_s = 0.0
         return confirm(self)
 
     def stage_order(self, baseline: TrialResult) -> list[str]:
@@ -322,10 +330,12 @@ class Search:
             names = first + [s for s in names if s not in first]
         return names
 
-    def run_stage(self, name: str, with_compile: bool, again: bool = False) -> None:
+    def run_stage(self, name: str, again: bool = False) -> None:
         # a loop still waiting for data makes its prefetch depth no low-impact knob
-        low_impact = (name in LOW_IMPACT and with_compile and self.budget.compile_fits(self.facts)
-                      and not (name == "loader_extras" and waits_for_data(self)))
+        low_impact = (name in LOW_IMPACT and self.compile_to_come
+                      and self.budget.compile_fits(self.facts)
+                      and not (name == "loader_extras"
+                               and prefetch_to_try(self, self.incumbent_result)))
         self.budget.reserve_s = self.budget.compile_seconds() if low_impact else 0.0
         self.stage_label = name + (" (again)" if again else "")
         self.on_stage(self.stage_label)

@@ -174,17 +174,27 @@ def loader_extras(search: Search) -> None:
     search.compare("loader", extra)
 
 
-def waits_for_data(search: Search) -> bool:
-    """The incumbent's loop still waits for data enough for a deeper prefetch to matter."""
-    reference = search.incumbent_result
-    return reference is not None and (reference.data_wait_share or 0) > PREFETCH_WAIT_SHARE
+@stage("deeper_prefetch")
+def deeper_prefetch(search: Search) -> None:
+    """After compile, the deeper prefetch alone: compile shortens the step, and workers
+    that kept up with the eager step may not keep up with the compiled one."""
+    before = search.budget.typical
+    if before is None or not prefetch_to_try(search, before):
+        return
+    search.compare("deeper_prefetch", search.candidates("prefetch_factor", [DEEPER_PREFETCH]))
+    # this stage's process compiled (warm) first: later estimates keep the warm-up a re-run
+    # in the compiling process has, as after the compile stage
+    after = search.budget.typical
+    if after is not None:
+        search.budget.typical = replace(after, warmup_s=before.warmup_s)
 
 
-def prefetch_to_try(search: Search, result: TrialResult) -> bool:
-    """A deeper prefetch is worth a trial beside ``result``, a run of the incumbent: it has
-    workers at the default depth, and its loop waits for data."""
+def prefetch_to_try(search: Search, result: TrialResult | None) -> bool:
+    """A deeper prefetch is worth a trial beside ``result`` (a run of the incumbent, or of
+    it compiled): the incumbent has workers at the default depth, and that run's loop waits
+    for data."""
     knobs = search.incumbent
-    return (bool(knobs.num_workers) and knobs.prefetch_factor is None
+    return (result is not None and bool(knobs.num_workers) and knobs.prefetch_factor is None
             and "loader" in search.options.groups
             and "prefetch_factor" not in search.facts.fixed_knobs
             and ("prefetch_factor", DEEPER_PREFETCH) not in search.banned
@@ -256,6 +266,7 @@ def compile_(search: Search) -> None:
         search.compare("compile", search.candidates("cudnn_benchmark", [True]))
     for trial in search.candidates("compile_mode", list(space.compile_modes(search.facts)),
                                    check=True):
+        search.budget.reserve_s = _prefetch_reserve(search, search.budget.typical)
         if search.budget.affordable(2, extra_s=COMPILE_GUESS_S) < 2:
             needed = COMPILE_GUESS_S + 2 * search.budget.trial_seconds()
             search.note(f"compile: {trial.knobs.compile_mode} skipped, "
@@ -265,13 +276,13 @@ def compile_(search: Search) -> None:
         if first is None:
             continue
         reference, result, paired = first
-        # compile shortens the step and can leave the loop waiting for data: the loader's
-        # extras run again after this stage, and its race leaves room for them
-        if prefetch_to_try(search, result):
-            search.budget.reserve_s = _prefetch_seconds(search, reference)
         # a compiled pick's confirmation compiles once more: the race leaves room for it
         search.budget.compile_s = max(search.budget.compile_s,
                                       _compile_seconds([result], [reference]))
+        # compile shortens the step and can leave the loop waiting for data: a deeper
+        # prefetch is tried after this stage, and the race leaves room for it
+        search.budget.reserve_s = max(search.budget.reserve_s,
+                                      _prefetch_reserve(search, result, reference))
         # gains are often within noise; the race decides against the gain that repays the
         # compile (or min_gain, the larger), the figure the decision below needs
         runs = search.race([reference, result], COMPILE_RACE_ROUNDS,
@@ -331,12 +342,18 @@ def _first_compile_process(search: Search, trial: Trial) -> FirstProcess | None:
     return reference, result, paired
 
 
-def _prefetch_seconds(search: Search, eager: TrialResult) -> float:
-    """What a deeper prefetch's trial after compile costs: a process that compiles from the
-    run's cache, then the compiled incumbent, the candidate and the incumbent again."""
+def _prefetch_reserve(search: Search, compiled: TrialResult | None,
+                      like: TrialResult | None = None) -> float:
+    """What the compile stage holds for :func:`deeper_prefetch` (0 when ``compiled``, a
+    compiled run, shows no wait or the incumbent is not compiled): a process that compiles
+    from the run's cache, then the compiled incumbent, the candidate and the incumbent again,
+    each like ``like`` (default: the incumbent's run)."""
+    if compiled is None or not compiled.trial.knobs.compile_mode \
+            or not prefetch_to_try(search, compiled):
+        return 0.0
     budget = search.budget
     return (budget.startup_seconds() + budget.warm_compile_seconds()
-            + 3 * budget.trial_seconds(eager))
+            + 3 * budget.trial_seconds(like))
 
 
 def _warm_warmup(compiled: list[TrialResult], eager: list[TrialResult], compile_s: float
