@@ -578,3 +578,62 @@ def test_a_baseline_out_of_memory_that_micro_batches_cannot_help_stops_at_once()
                                 f"memory); micro-batches cannot help: {blocked}; lower its batch "
                                 "size before tuning")
     assert [t.id for t in recorded.ran] == ["defaults", "micro_batch=128"]
+
+
+def test_a_contender_shown_slower_stops_running_in_the_race():
+    """A race's process runs a fixed plan: once the defaults are out (25 % slower) while two
+    worker counts are still a near-tie, the process ends and the race goes on without them,
+    instead of running them in every round left (four trials more than a start-up)."""
+    rng = random.Random(4)
+
+    def timing(knobs: Knobs) -> dict:
+        step = {0: 0.125, 1: 0.1, 2: 0.099}[knobs.num_workers or 0]
+        step *= 1.3 if knobs.num_workers and knobs.cpu_threads != 1 else 1.0
+        return {**record(step, warmup_s=2.0),
+                "step_s_all": [step * rng.gauss(1, 0.08) for _ in range(9)]}
+
+    options = Options(groups=frozenset({"loader", "threads"}))
+    tuner, recorded = search(timing, options, budget=300, startup_s=1.0)
+    tuner.run()
+    ran = [t.id.split(" #")[0] for t in recorded.ran]
+    race = [plan for plan in recorded.plans if any(i.startswith("defaults #") for i in plan)
+            and any(i.startswith("workers=2,threads=1 #") for i in plan)][0]
+    rounds_planned = len(race) // 3
+    defaults_ran = sum(1 for i in race if i.startswith("defaults") and
+                       i in {t.id for t in recorded.ran})
+    assert defaults_ran < rounds_planned
+    after = recorded.plans[recorded.plans.index(race) + 1]
+    assert after and not any(i.startswith("defaults") for i in after)
+    assert ran.count("workers=1,threads=1") > defaults_ran + 1
+
+
+def test_a_race_before_compile_keeps_to_its_share_of_the_budget():
+    """Two worker counts that are a true tie on a noisy machine never settle: before compile,
+    their race stops at a quarter of the budget (a wrong pick between them costs little,
+    no time left for compile costs more), and compile is still tried."""
+    rng = random.Random(2)
+
+    def timing(knobs: Knobs) -> dict:
+        step = 0.1 if knobs.num_workers else 0.16
+        step *= 0.85 if knobs.compile_mode else 1.0
+        window = step * rng.gauss(1, 0.1)  # the machine's state during the trial
+        return record(window, warmup_s=2.0 + (16.0 if knobs.compile_mode else 0.0))
+
+    options = Options(groups=frozenset({"loader", "compile"}))
+    tuner, recorded = search(timing, options, budget=200)
+    spans: list[tuple[list[str], float]] = []
+    run = recorded.run
+
+    def timed(trials, stop=None):
+        started = recorded.clock
+        results = run(trials, stop)
+        spans.append(([t.id for t in trials], recorded.clock - started))
+        return results
+
+    recorded.run = timed
+    outcome = tuner.run()
+    first_compile = next(n for n, (ids, _) in enumerate(spans) if any("compile" in i
+                                                                      for i in ids))
+    race = [span for _, span in spans[2:first_compile]]  # after the baseline and the sweep
+    assert race and sum(race) <= 0.25 * 200
+    assert outcome.knobs.compile_mode == "default"

@@ -21,6 +21,11 @@ from tuneup.settings import Knobs
 RACE_REACH = 0.2  # candidates measured this much slower than the best are not raced
 RACE_ROUNDS = 6  # interleaved rounds of a stage's contenders at most (low-impact stages: 2)
 LOW_IMPACT_ROUNDS = 2
+# Of the whole budget, what one race before compile may spend: contenders still undecided
+# after that are near-ties, where a wrong pick costs a few %, and skipping compile for want of
+# time costs more (train_images, 120 s: a three-way loader race of 45 s, then a compile
+# whose first process overran the 20 s guess and left the confirmation no room)
+RACE_SHARE = 0.25
 
 
 # Stages that must leave room for compile. Threads too: the loader stage already tries the
@@ -201,16 +206,19 @@ class Search:
         if done >= 2 and not self._drop_slower(runs, tie):
             self._keep_rounds(runs)
             return runs  # decided by the rounds already taken
+        started_left = self.budget.time_left()
         while len(runs) >= 2 and done < rounds:
             extra_s = self.cold_start_seconds(runs) + self.compile_hold()
             fit = self.budget.affordable((rounds - done) * len(runs), extra_s=extra_s) // len(runs)
+            if self.compile_to_come:
+                fit = min(fit, self._rounds_in_share(runs, started_left))
             if fit < 2:
                 break
             order = list(runs)
             seen: list[TrialResult] = []
             decided = [False]
 
-            def stop(result: TrialResult, order: list[Knobs] = order,
+            def stop(result: TrialResult, order: list[Knobs] = order, fit: int = fit,
                      seen: list[TrialResult] = seen, decided: list[bool] = decided) -> bool:
                 if decided[0] or result.status in (protocol.SKIPPED, protocol.BUDGET):
                     return True
@@ -220,8 +228,11 @@ class Search:
                 if is_look(done + len(seen) // len(order)):
                     view = {k: v + [r for r in seen if r.ok and r.trial.knobs == k]
                             for k, v in runs.items()}
-                    decided[0] = not verdict(view, tie)[1]
-                return decided[0]
+                    slower, undecided = verdict(view, tie)
+                    decided[0] = not undecided
+                    left = fit - len(seen) // len(order)
+                    return decided[0] or self._drop_pays(view, slower, left)
+                return False
 
             results = self.measure([self.trial(k) for _ in range(fit) for k in order], stop)
             for result in results:
@@ -234,6 +245,27 @@ class Search:
                 break
         self._keep_rounds(runs)
         return runs
+
+    def _rounds_in_share(self, runs: dict[Knobs, list[TrialResult]], started_left: float
+                         ) -> int:
+        """Rounds of ``runs`` in a new process that keep the race, begun with
+        ``started_left`` seconds left, within :data:`RACE_SHARE` of the whole budget."""
+        budget = self.budget
+        share_left = RACE_SHARE * budget.total_s - (started_left - budget.time_left())
+        per_round = sum(budget.trial_seconds(merge(v)) for v in runs.values())
+        return max(0, int((share_left - budget.startup_seconds()) // per_round))
+
+    def _drop_pays(self, runs: dict[Knobs, list[TrialResult]], slower: dict[Knobs, object],
+                   rounds_left: int) -> bool:
+        """Whether to end the race's process early to go on without the contenders already
+        shown slower: their trials still planned in it cost more than a fresh start-up
+        (the plan is fixed once a process starts; the defaults, 30 % slower from the second
+        round, ran all six rounds of a three-way race on train_images)."""
+        if not slower or len(runs) - len(slower) < 2:
+            return bool(slower)  # one left: nothing to race
+        saved = sum(self.budget.trial_seconds(merge(runs[k])) for k in slower) * rounds_left
+        return saved > self.budget.startup_seconds() + self.cold_start_seconds(
+            {k: v for k, v in runs.items() if k not in slower})
 
     def _keep_rounds(self, runs: dict[Knobs, list[TrialResult]]) -> None:
         """The race's interleaved rounds (not the sweep's first runs), contenders raced out
