@@ -38,7 +38,7 @@ class Budget:
     ``baseline`` the defaults' run; ``reserve_s`` is what the current stage must leave for
     later ones; ``compile_s`` the measured cost of a cold compile (0 until the compile
     stage). Every later process compiling the same settings (a race's next process, the
-    confirmation) pays :meth:`warm_compile_seconds` instead. ``total_s``: the whole budget.
+    confirmation) pays :meth:`warm_compile_seconds` instead.
     """
 
     def __init__(self, executor: Executor) -> None:
@@ -47,7 +47,6 @@ class Budget:
         self.typical: TrialResult | None = None
         self.reserve_s = 0.0
         self.compile_s = 0.0
-        self.total_s = executor.time_left()  # the whole budget, as the search starts
 
     def time_left(self) -> float:
         return self.executor.time_left()

@@ -21,11 +21,6 @@ from tuneup.settings import Knobs
 RACE_REACH = 0.2  # candidates measured this much slower than the best are not raced
 RACE_ROUNDS = 6  # interleaved rounds of a stage's contenders at most (low-impact stages: 2)
 LOW_IMPACT_ROUNDS = 2
-# Of the whole budget, what one race before compile may spend: contenders still undecided
-# after that are near-ties, where a wrong pick costs a few %, and skipping compile for want of
-# time costs more (train_images, 120 s: a three-way loader race of 45 s, then a compile
-# whose first process overran the 20 s guess and left the confirmation no room)
-RACE_SHARE = 0.25
 
 
 # Stages that must leave room for compile. Threads too: the loader stage already tries the
@@ -206,12 +201,9 @@ class Search:
         if done >= 2 and not self._drop_slower(runs, tie):
             self._keep_rounds(runs)
             return runs  # decided by the rounds already taken
-        started_left = self.budget.time_left()
         while len(runs) >= 2 and done < rounds:
             extra_s = self.cold_start_seconds(runs) + self.compile_hold()
             fit = self.budget.affordable((rounds - done) * len(runs), extra_s=extra_s) // len(runs)
-            if self.compile_to_come:
-                fit = min(fit, self._rounds_in_share(runs, started_left))
             if fit < 2:
                 break
             order = list(runs)
@@ -245,15 +237,6 @@ class Search:
                 break
         self._keep_rounds(runs)
         return runs
-
-    def _rounds_in_share(self, runs: dict[Knobs, list[TrialResult]], started_left: float
-                         ) -> int:
-        """Rounds of ``runs`` in a new process that keep the race, begun with
-        ``started_left`` seconds left, within :data:`RACE_SHARE` of the whole budget."""
-        budget = self.budget
-        share_left = RACE_SHARE * budget.total_s - (started_left - budget.time_left())
-        per_round = sum(budget.trial_seconds(merge(v)) for v in runs.values())
-        return max(0, int((share_left - budget.startup_seconds()) // per_round))
 
     def _drop_pays(self, runs: dict[Knobs, list[TrialResult]], slower: dict[Knobs, object],
                    rounds_left: int) -> bool:
