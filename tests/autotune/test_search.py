@@ -605,3 +605,23 @@ def test_a_contender_shown_slower_stops_running_in_the_race():
     after = recorded.plans[recorded.plans.index(race) + 1]
     assert after and not any(i.startswith("defaults") for i in after)
     assert ran.count("workers=1,threads=1") > defaults_ran + 1
+
+
+def test_a_run_that_fails_mid_race_keeps_the_rounds_paired():
+    """Paired ratios pair the i-th run of each contender: a failed run keeps its place (and
+    its pair is left out), or every later round would be paired with the wrong one."""
+    calls = {"n": 0}
+
+    def timing(knobs: Knobs) -> dict:
+        if knobs.num_workers == 1:
+            calls["n"] += 1
+            if calls["n"] == 3:  # its second race round fails
+                return record(0.1, status="error")
+        return record(0.1 * (1.0 + 0.02 * (calls["n"] % 2)))
+
+    tuner, _ = search(timing, Options(groups=frozenset({"loader"})), budget=300)
+    tuner.run()
+    (race,) = tuner.races
+    statuses = {k.num_workers: [r.status for r in v] for k, v in race.items()}
+    assert statuses[1][1] == "error"  # in its round, not dropped
+    assert len({len(v) for v in statuses.values()}) == 1  # every round paired with its own

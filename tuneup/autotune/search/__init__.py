@@ -11,8 +11,9 @@ again in the same process as its candidates, so every comparison is like for lik
                ``pin_memory`` where they matter and ``persistent_workers`` from the
                measured worker start-up (only for loaders that do not shuffle);
 * ``threads``  intra-op threads on a CPU run, where workers and threads share the cores;
-* ``compile``  last and amortised: kept only when the saved step time times the expected
-               steps exceeds the measured compile time, and its losses match eager;
+* ``compile``  last (but for the deeper prefetch below) and amortised: kept only when the
+               saved step time times the expected steps exceeds the measured compile
+               time, and its losses match eager;
 * ``deeper_prefetch``  after compile, when the compiled loop waits for data.
 
 An input-bound baseline visits ``loader`` and its extras first. A stage that found nothing

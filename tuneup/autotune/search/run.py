@@ -23,8 +23,9 @@ RACE_ROUNDS = 6  # interleaved rounds of a stage's contenders at most (low-impac
 LOW_IMPACT_ROUNDS = 2
 
 
-# Stages that must leave room for compile. Threads too: the loader stage already tries the
-# threads the workers leave over, where workers and threads compete for the cores.
+# Stages that must leave room for compile (and race 2 rounds, as does the deeper prefetch
+# after compile). Threads too: the loader stage already tries the threads the workers leave
+# over, where workers and threads compete for the cores.
 LOW_IMPACT = ("batch", "threads", "loader_extras", "deeper_prefetch")
 INPUT_BOUND_SHARE = 0.3  # baseline data-wait share above which the loader goes first
 
@@ -218,7 +219,7 @@ class Search:
                 if len(seen) % len(order):
                     return False
                 if is_look(done + len(seen) // len(order)):
-                    view = {k: v + [r for r in seen if r.ok and r.trial.knobs == k]
+                    view = {k: v + [r for r in seen if r.trial.knobs == k]
                             for k, v in runs.items()}
                     slower, undecided = verdict(view, tie)
                     decided[0] = not undecided
@@ -227,8 +228,8 @@ class Search:
                 return False
 
             results = self.measure([self.trial(k) for _ in range(fit) for k in order], stop)
-            for result in results:
-                if result.ok:
+            for result in results:  # failed runs too: the i-th of each stays one round
+                if result.status not in (protocol.SKIPPED, protocol.BUDGET):
                     runs[result.trial.knobs].append(result)
             done += max(1, sum(r.status not in (protocol.SKIPPED, protocol.BUDGET)
                                for r in results) // len(order))

@@ -336,8 +336,8 @@ def _first_compile_process(search: Search, trial: Trial) -> FirstProcess | None:
     if not reference.ok or not search.acceptable(result):
         return None
     paired: dict[Knobs, list[TrialResult]] = {eager.knobs: [], trial.knobs: []}
-    for extra in results[2:]:
-        if extra.ok:
+    for extra in results[2:]:  # failed runs too: the i-th of each stays one round
+        if extra.status not in (protocol.SKIPPED, protocol.BUDGET):
             paired[extra.trial.knobs].append(extra)
     return reference, result, paired
 
