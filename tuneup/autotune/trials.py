@@ -112,6 +112,11 @@ class TrialResult:
         return self.status == protocol.OK and self.step_time is not None
 
     @property
+    def ran(self) -> bool:
+        """The trial ran (whatever its outcome): not skipped by a stop rule or the budget."""
+        return self.status not in (protocol.SKIPPED, protocol.BUDGET)
+
+    @property
     def timing(self) -> Timing:
         return Timing(tuple(self.step_s_all), block=max(3, 2 * (self.trial.knobs.num_workers or 0)))
 

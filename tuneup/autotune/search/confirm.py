@@ -15,7 +15,6 @@ import statistics
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from tuneup.autotune import protocol
 from tuneup.autotune.search.labels import describe
 from tuneup.autotune.search.outcome import Change, Outcome, RunnerUp
 from tuneup.autotune.search.stages import HEADROOM, compile_verdict
@@ -71,7 +70,7 @@ def confirm(search: Search) -> Outcome:
         return outcome
     results = search.measure([search.trial(k) for _ in range(rounds) for k in configs],
                              _settled(search, configs))
-    taken = [r for r in results if r.status not in (protocol.SKIPPED, protocol.BUDGET)]
+    taken = [r for r in results if r.ran]
     runs = {k: [r for r in taken if r.trial.knobs == k] for k in configs}
     if len(taken) < len(results):
         search.note(f"confirm: settled after {len(taken) // len(configs)} of {rounds} rounds, "
@@ -127,7 +126,7 @@ def _settled(search: Search, configs: list[Knobs]) -> Callable[[TrialResult], bo
     seen: list[TrialResult] = []
 
     def stop(result: TrialResult) -> bool:
-        if result.status in (protocol.SKIPPED, protocol.BUDGET):
+        if not result.ran:
             return True
         seen.append(result)
         rounds, partial = divmod(len(seen), len(configs))
@@ -380,7 +379,7 @@ def closest_contender(search: Search) -> Knobs | None:
     for result in search.results:
         knobs = result.trial.knobs
         if knobs in (pick, default) or knobs.compile_mode != pick.compile_mode or \
-                result.status in (protocol.SKIPPED, protocol.BUDGET):  # never ran
+                not result.ran:
             continue
         if not (result.ok and result.step_time) or search.judge.problem(result) is not None:
             times[knobs] = [math.inf]  # failed or drifted once: no contender

@@ -151,8 +151,7 @@ class Search:
         :meth:`race`) until the slower ones are shown slower or the stage's budget is spent.
         """
         judge = self.judge
-        accepted = [r for r in candidates if r.status not in (protocol.SKIPPED, protocol.BUDGET)
-                    and self.acceptable(r)]
+        accepted = [r for r in candidates if r.ran and self.acceptable(r)]
         best = max([reference, *accepted], key=judge.speed)
         reach = judge.speed(best) * (1 - RACE_REACH)
         fastest = max(accepted, key=judge.speed, default=None)  # raced however it measured
@@ -213,7 +212,7 @@ class Search:
 
             def stop(result: TrialResult, order: list[Knobs] = order, fit: int = fit,
                      seen: list[TrialResult] = seen, decided: list[bool] = decided) -> bool:
-                if decided[0] or result.status in (protocol.SKIPPED, protocol.BUDGET):
+                if decided[0] or not result.ran:
                     return True
                 seen.append(result)
                 if len(seen) % len(order):
@@ -229,10 +228,9 @@ class Search:
 
             results = self.measure([self.trial(k) for _ in range(fit) for k in order], stop)
             for result in results:  # failed runs too: the i-th of each stays one round
-                if result.status not in (protocol.SKIPPED, protocol.BUDGET):
+                if result.ran:
                     runs[result.trial.knobs].append(result)
-            done += max(1, sum(r.status not in (protocol.SKIPPED, protocol.BUDGET)
-                               for r in results) // len(order))
+            done += max(1, sum(r.ran for r in results) // len(order))
             undecided = self._drop_slower(runs, tie)
             if not undecided or decided[0] or any(r.status == protocol.BUDGET for r in results):
                 break

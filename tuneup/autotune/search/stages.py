@@ -337,7 +337,7 @@ def _first_compile_process(search: Search, trial: Trial) -> FirstProcess | None:
         return None
     paired: dict[Knobs, list[TrialResult]] = {eager.knobs: [], trial.knobs: []}
     for extra in results[2:]:  # failed runs too: the i-th of each stays one round
-        if extra.status not in (protocol.SKIPPED, protocol.BUDGET):
+        if extra.ran:
             paired[extra.trial.knobs].append(extra)
     return reference, result, paired
 
