@@ -126,6 +126,46 @@ def test_compile_skipped_when_it_does_not_fit_the_budget():
     assert any("compile" in note and "budget" in note for note in outcome.notes)
 
 
+def test_compile_skipped_says_how_much_more_budget_it_needs():
+    tuner, _ = search(compute_bound, budget=60)
+    (note,) = [n for n in tuner.run().notes if n.startswith("compile:")]
+    needed = float(note.split("needs ~")[1].split(" s more")[0])
+    assert 0 < needed < 60  # what is missing, not the stage's whole cost
+    tuner, recorded = search(compute_bound, budget=60 + needed + 1)
+    tuner.run()
+    assert any(t.knobs.compile_mode for t in recorded.ran)
+
+
+def test_a_compile_slower_than_guessed_ends_its_first_process_for_the_confirmation():
+    """The first compile process plans its rounds before a compile has been measured; a
+    compile that takes 30 s (the guess before one is measured is 20 s) ends it early, so
+    the confirmation still fits in the budget."""
+    tuner, recorded = search(lambda knobs: compute_bound(knobs, compile_s=30.0), budget=110)
+    outcome = tuner.run()
+    first = next(p for p in recorded.plans if any("compile" in t for t in p))
+    assert len(ran_of(recorded, first)) < len(first)
+    assert outcome.confirmed and recorded.clock <= 110
+
+
+def test_a_stage_visited_again_holds_compile_s_share():
+    """bfloat16 shortens the step of an input-bound loop after the loader stages: the
+    prefetch stage's second visit only re-checks, and leaves compile its share (on
+    docs/examples/train_images.py a 30 s prefetch race left compile no room)."""
+    def timing(knobs: Knobs) -> dict:
+        data = input_bound(knobs)
+        if knobs.amp_dtype:
+            data = {**data, "step_s_all": [s * 0.6 for s in data["step_s_all"]],
+                    "data_wait_share": 0.3}
+        return data
+
+    tuner, recorded = search(timing, budget=150)
+    reserves: dict[str, float] = {}
+    tuner.on_stage = lambda name: reserves.update({name: tuner.budget.reserve_s})
+    tuner.run()
+    assert reserves.get("loader_extras (again)", 0.0) > 0
+    assert any(t.knobs.compile_mode for t in recorded.ran)
+
+
 @pytest.mark.parametrize("losses, reason", [
     ([2.30, 2.60, 2.90], "left the fp32 trajectory by 31.8%"),
     ([2.30, math.nan, 2.2], "non-finite"),
@@ -484,9 +524,9 @@ def test_compile_race_goes_on_in_the_process_that_compiled():
 
 
 def test_race_stops_when_the_interval_excludes_a_tie():
-    """A clear gain (30 %) is decided after two rounds; the race's other rounds are skipped."""
+    """A clear gain (21 %) is decided after two rounds; the race's other rounds are skipped."""
     def timing(knobs: Knobs) -> dict:
-        return record(0.07 if knobs.num_workers else 0.1)
+        return record(0.07 if knobs.num_workers else 0.085)
 
     tuner, recorded = search(timing, Options(groups=frozenset({"loader"})))
     before_confirm: set[str] = set()  # the confirmation re-words what it re-runs
@@ -497,9 +537,23 @@ def test_race_stops_when_the_interval_excludes_a_tie():
     race = recorded.plans[2]  # after the baseline and the loader stage's sweep
     contenders = len({t.split(" #")[0] for t in race})
     assert len(race) > 2 * contenders and len(ran_of(recorded, race)) == 2 * contenders
-    # the loser's speed against the leader's: 0.07 / 0.1 of it is 30 % slower
-    assert "slower (-30%, raced)" in before_confirm
-    assert "slower (-30%, confirmed)" in {r.reason for r in outcome.rejected}
+    # the loser's speed against the leader's: 0.07 / 0.085 of it is 18 % slower
+    assert "slower (-18%, raced)" in before_confirm
+    assert "slower (-18%, confirmed)" in {r.reason for r in outcome.rejected}
+
+
+def test_an_incumbent_swept_out_of_reach_is_not_raced():
+    """The defaults, 30 % slower than the candidates in the sweep, take no race rounds: the
+    race is between the candidates within reach (on train_images the defaults, 45 % slower,
+    took a quarter of a 4-way race's 28 s)."""
+    def timing(knobs: Knobs) -> dict:
+        return record(0.07 if knobs.num_workers else 0.1)
+
+    tuner, recorded = search(timing, Options(groups=frozenset({"loader"})))
+    outcome = tuner.run()
+    assert outcome.knobs.num_workers
+    race = recorded.plans[2]  # after the baseline and the loader stage's sweep
+    assert race and not any(t.startswith("defaults") for t in race)
 
 
 def test_a_pick_the_confirmation_finds_within_noise_is_listed_as_rejected():
@@ -581,13 +635,13 @@ def test_a_baseline_out_of_memory_that_micro_batches_cannot_help_stops_at_once()
 
 
 def test_a_contender_shown_slower_stops_running_in_the_race():
-    """A race's process runs a fixed plan: once the defaults are out (25 % slower) while two
+    """A race's process runs a fixed plan: once the defaults are out (15 % slower) while two
     worker counts are still a near-tie, the process ends and the race goes on without them,
     instead of running them in every round left (four trials more than a start-up)."""
     rng = random.Random(4)
 
     def timing(knobs: Knobs) -> dict:
-        step = {0: 0.125, 1: 0.1, 2: 0.099}[knobs.num_workers or 0]
+        step = {0: 0.118, 1: 0.1, 2: 0.099}[knobs.num_workers or 0]
         step *= 1.3 if knobs.num_workers and knobs.cpu_threads != 1 else 1.0
         return {**record(step, warmup_s=2.0),
                 "step_s_all": [step * rng.gauss(1, 0.08) for _ in range(9)]}

@@ -99,9 +99,16 @@ class Budget:
         compile stage, the deeper prefetch after it)."""
         return max(0, min(trials, int(self._spare(extra_s) // self.trial_seconds())))
 
-    def shortfall(self, trials: int) -> float:
-        """Seconds of budget missing for ``trials`` more (0 when they fit)."""
-        return max(0.0, trials * self.trial_seconds() - self._spare())
+    def still_fits(self, seconds: float) -> bool:
+        """Whether ``seconds`` more in a process already running (no start-up to pay) leave
+        the reserves :meth:`affordable` planned it with. A plan is priced from estimates;
+        trials that run long (a noisy stretch, a compile slower than guessed) end it early
+        rather than take the confirmation's share."""
+        return seconds <= self.time_left() - self.confirm_reserve() - self.reserve_s
+
+    def shortfall(self, trials: int, extra_s: float = 0.0) -> float:
+        """Seconds of budget missing for ``trials`` more and ``extra_s`` (0 when they fit)."""
+        return max(0.0, trials * self.trial_seconds() - self._spare(extra_s))
 
     def _spare(self, extra_s: float = 0.0) -> float:
         reserve = self.confirm_reserve() + self.reserve_s

@@ -157,7 +157,8 @@ class Search:
         fastest = max(accepted, key=judge.speed, default=None)  # raced however it measured
         raced = [r for r in accepted if judge.speed(r) >= reach or r is fastest]
         out_of_reach = [r for r in accepted if r not in raced]
-        contenders = [reference, *raced]
+        # the incumbent too: a race spends its rounds where the pick is in doubt
+        contenders = raced if judge.speed(reference) < reach else [reference, *raced]
         runs = self.race(contenders, LOW_IMPACT_ROUNDS if stage in LOW_IMPACT else RACE_ROUNDS)
         merged = {knobs: merge(results) for knobs, results in runs.items()}
         survivors = {k: r for k, r in merged.items() if r is not None}
@@ -209,20 +210,24 @@ class Search:
             order = list(runs)
             seen: list[TrialResult] = []
             decided = [False]
+            round_s = sum(self.budget.trial_seconds(merge(v)) for v in runs.values())
 
             def stop(result: TrialResult, order: list[Knobs] = order, fit: int = fit,
-                     seen: list[TrialResult] = seen, decided: list[bool] = decided) -> bool:
+                     seen: list[TrialResult] = seen, decided: list[bool] = decided,
+                     round_s: float = round_s) -> bool:
                 if decided[0] or not result.ran:
                     return True
                 seen.append(result)
                 if len(seen) % len(order):
                     return False
+                left = fit - len(seen) // len(order)
+                if left and not self.budget.still_fits(left * round_s + self.compile_hold()):
+                    return True
                 if is_look(done + len(seen) // len(order)):
                     view = {k: v + [r for r in seen if r.trial.knobs == k]
                             for k, v in runs.items()}
                     slower, undecided = verdict(view, tie)
                     decided[0] = not undecided
-                    left = fit - len(seen) // len(order)
                     return decided[0] or self._drop_pays(view, slower, left)
                 return False
 
@@ -345,10 +350,12 @@ class Search:
         return names
 
     def run_stage(self, name: str, again: bool = False) -> None:
-        # a loop still waiting for data makes its prefetch depth no low-impact knob
-        low_impact = (name in LOW_IMPACT and self.compile_to_come
+        # a loop still waiting for data makes its prefetch depth no low-impact knob, but a
+        # stage's second visit only re-checks: it holds compile's share, as low-impact
+        # stages do (train_images' second prefetch race, 30 s, left compile no room)
+        low_impact = ((again or name in LOW_IMPACT) and self.compile_to_come
                       and self.budget.compile_fits(self.facts)
-                      and not (name == "loader_extras"
+                      and not (name == "loader_extras" and not again
                                and prefetch_to_try(self, self.incumbent_result)))
         self.budget.reserve_s = self.budget.compile_seconds() if low_impact else 0.0
         self.stage_label = name + (" (again)" if again else "")

@@ -6,6 +6,7 @@ Each stage starts from the search's incumbent, measures it again beside its cand
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
@@ -268,9 +269,9 @@ def compile_(search: Search) -> None:
                                    check=True):
         search.budget.reserve_s = _prefetch_reserve(search, search.budget.typical)
         if search.budget.affordable(2, extra_s=COMPILE_GUESS_S) < 2:
-            needed = COMPILE_GUESS_S + 2 * search.budget.trial_seconds()
+            needed = search.budget.shortfall(2, extra_s=COMPILE_GUESS_S)
             search.note(f"compile: {trial.knobs.compile_mode} skipped, "
-                        f"needs ~{needed:.0f} s more budget")
+                        f"needs ~{math.ceil(needed)} s more budget")
             continue
         first = _first_compile_process(search, trial)
         if first is None:
@@ -327,8 +328,21 @@ def _first_compile_process(search: Search, trial: Trial) -> FirstProcess | None:
     rounds = min(FIRST_COMPILE_ROUNDS, max(0, search.budget.affordable(
         2 * FIRST_COMPILE_ROUNDS + 2, extra_s=extra_s) // 2 - 1))
 
+    seen: list[TrialResult] = []
+
     def stop(result: TrialResult) -> bool:
-        return not result.ok or search.judge.problem(result) is not None
+        """A compiled trial that fails or drifts, or rounds left that no longer fit: the
+        first compiled trial measures what compiling costs, and a compile slower than the
+        guess must not take the confirmation's share."""
+        if not result.ok or search.judge.problem(result) is not None:
+            return True
+        seen.append(result)
+        if len(seen) == 2:
+            search.budget.compile_s = max(search.budget.compile_s,
+                                          _compile_seconds(seen[1:], seen[:1]))
+        left = rounds + 1 - len(seen) // 2
+        return not len(seen) % 2 and left > 0 and not search.budget.still_fits(
+            left * 2 * search.budget.trial_seconds(seen[0]))
 
     results = search.measure([eager, trial] + [search.trial(k) for _ in range(rounds)
                                                for k in (eager.knobs, trial.knobs)], stop)
