@@ -147,6 +147,19 @@ def test_a_compile_slower_than_guessed_ends_its_first_process_for_the_confirmati
     assert outcome.confirmed and recorded.clock <= 110
 
 
+def test_a_budget_that_holds_one_confirmation_round_re_runs_compile_beside_eager():
+    """Two rounds do not fit after a slow compile, one does: it re-runs the compiled pick
+    beside its eager side (compile is the change decided on the fewest runs) and the
+    result says the confirmation had one round."""
+    tuner, recorded = search(lambda knobs: compute_bound(knobs, compile_s=30.0), budget=80)
+    outcome = tuner.run()
+    assert outcome.confirmed and recorded.clock <= 80
+    assert sorted(t.split(" #")[0] for t in recorded.plans[-1]) == [
+        "amp=bfloat16", "amp=bfloat16,compile=default"]
+    assert any(n.startswith("confirm: one round") for n in outcome.notes)
+    assert outcome.knobs.compile_mode == "default"
+
+
 def test_a_stage_visited_again_holds_compile_s_share():
     """bfloat16 shortens the step of an input-bound loop after the loader stages: the
     prefetch stage's second visit only re-checks, and leaves compile its share (on

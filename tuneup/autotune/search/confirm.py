@@ -65,6 +65,12 @@ def confirm(search: Search) -> Outcome:
         configs = _two_to_rerun(search, configs, rival if rival == alternative else None)
         rounds = _affordable_rounds(search, configs)
     if rounds < MIN_ROUNDS:
+        configs = _one_round(search, tuned, default)
+        rounds = min(1, _affordable_rounds(search, configs))
+        if rounds:
+            search.note("confirm: one round, all the budget left holds; decided on it and "
+                        "the stages' rounds together (a larger --budget confirms with more)")
+    if not rounds:
         search.note("confirm: skipped, budget exhausted; the speed-up is UNCONFIRMED "
                     "(single trials of the stages)")
         return outcome
@@ -116,6 +122,15 @@ def _two_to_rerun(search: Search, configs: list[Knobs], alternative: Knobs | Non
                 f"{interval[0]:.2f}x to {interval[1]:.2f}x): the budget holds the pick beside "
                 f"{describe(alternative)} instead")
     return [tuned, alternative]
+
+
+def _one_round(search: Search, tuned: Knobs, default: Knobs) -> list[Knobs]:
+    """What one round, all the budget left holds, re-runs: a compiled pick beside its eager
+    side (compile, decided on its stage's runs and this round together, is the change most
+    often in doubt when a slow compile left its race no rounds; the speed-up over the
+    defaults then rests on every run of the search), otherwise the pick and the defaults."""
+    eager = _compile_rival(search)
+    return [tuned, eager] if eager is not None and tuned.compile_mode else [tuned, default]
 
 
 def _settled(search: Search, configs: list[Knobs]) -> Callable[[TrialResult], bool]:
@@ -299,7 +314,7 @@ def _affordable_rounds(search: Search, configs: list[Knobs], slack: float = 0.0)
     warm = budget.warm_compile_seconds() if compiled else 0.0
     per_round += warm * compiled if compiled > 1 else 0.0
     fixed = budget.startup_seconds() + (warm if compiled == 1 else 0.0)
-    return min(MAX_ROUNDS, int((budget.time_left() * (1 - slack) - fixed) // per_round))
+    return max(0, min(MAX_ROUNDS, int((budget.time_left() * (1 - slack) - fixed) // per_round)))
 
 
 NOISY_SPREAD = 0.15  # the same settings varying more than this between runs: a noisy machine
