@@ -4,6 +4,7 @@ a compiled pick's confirmation held in the budget."""
 
 from __future__ import annotations
 
+import itertools
 import random
 import re
 from collections.abc import Callable
@@ -370,3 +371,24 @@ def test_a_doubtful_change_is_decided_on_its_race_and_the_confirmation_together(
 
 def result(knobs: Knobs, step_s: float) -> TrialResult:
     return TrialResult.from_event(Trial(describe(knobs), knobs), record(step_s))
+
+
+def test_the_defaults_rejection_agrees_with_the_speed_up_interval():
+    """Confirmation rounds in which the defaults swing between 1.36x and 1.03x the pick's
+    step give a paired interval too wide to call them slower; every run of the two in the
+    search (the interval the result prints) does, and the rejection says so."""
+    stage = {"name": ""}
+    swing = itertools.cycle([0.095, 0.072])
+
+    def timing(knobs: Knobs) -> dict:
+        if stage["name"] == "confirm" and not knobs.changed():
+            return record(next(swing))
+        return record(0.07 if knobs.num_workers else 0.085)
+
+    tuner, _ = search(timing, Options(groups=frozenset({"loader"})), budget=60)
+    tuner.on_stage = lambda name: stage.update(name=name)
+    outcome = tuner.run()
+    assert outcome.confirmed and outcome.knobs.num_workers
+    low, _ = outcome.speedup_interval
+    (reason,) = [r.reason for r in outcome.rejected if r.trial_id == "defaults"]
+    assert low > 1.05 and reason.startswith("slower (") and reason.endswith(", confirmed)")

@@ -31,17 +31,24 @@ def test_roles_from_command_lines(cmdline, parent, role):
     assert role_of(cmdline, parent) == role
 
 
+# "ready" once both workers are burning: a spawned worker imports for a while first, and
+# the test's first sample must already see it
 JOB = textwrap.dedent("""
     import multiprocessing as mp, sys, time
-    def burn(seconds):
+    def burn(seconds, started):
+        started.set()
         end = time.monotonic() + seconds
         while time.monotonic() < end:
             pass
     if __name__ == "__main__":
-        workers = [mp.get_context(kind).Process(target=burn, args=(30,))
-                   for kind in ("fork", "spawn")]
+        contexts = [mp.get_context(kind) for kind in ("fork", "spawn")]
+        started = [context.Event() for context in contexts]
+        workers = [context.Process(target=burn, args=(30, event))
+                   for context, event in zip(contexts, started)]
         for worker in workers:
             worker.start()
+        for event in started:
+            event.wait(60)
         print("ready", flush=True)
         time.sleep(30)
 """)

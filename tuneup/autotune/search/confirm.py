@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from tuneup.autotune.search.labels import describe
 from tuneup.autotune.search.outcome import Change, Outcome, RunnerUp
 from tuneup.autotune.search.stages import HEADROOM, compile_verdict
-from tuneup.autotune.search.verdict import is_look, paired_reason, verdict
+from tuneup.autotune.search.verdict import interval_reason, is_look, paired_reason, verdict
 from tuneup.autotune.trials import (
     TrialResult,
     confidence_faster,
@@ -227,14 +227,23 @@ def _restate_rejections(search: Search, runs: dict[Knobs, list[TrialResult]], pi
     """A setting rejected on speed and re-run here is judged again on these rounds beside
     the pick, the closest comparison the search made, and these rounds' verdict stands:
     its stage's (``slower (-5%)``, or ``within noise (-10.6%)`` from a short race) must not
-    contradict the runner-up's (a tie at 0.99x). The pick itself is no longer rejected.
-    Compile is left to its own rule, which pools its race's rounds with these."""
+    contradict the runner-up's (a tie at 0.99x). The defaults are judged on the interval
+    the result gives the speed-up (every run of the two): two paired rounds alone called
+    them ``within noise (-41.0%)`` beside a speed-up of 1.56x [1.32, 1.84]. The pick itself
+    is no longer rejected. Compile is left to its own rule, which pools its race's rounds
+    with these."""
     search.rejected[:] = [r for r in search.rejected
                           if not (r.on_speed and r.trial_id == describe(pick))]
+    tie, default = search.options.tie, search.baseline_knobs
     for knobs, results in runs.items():
-        if knobs == pick or knobs.compile_mode != pick.compile_mode:
+        if knobs == default != pick:  # in the words of the result's speed-up interval
+            speedup = ratio_interval(search.results, pick, default)
+            reason = speedup and interval_reason(
+                (math.log(speedup[0]), math.log(speedup[1])), tie, ", confirmed")
+        elif knobs == pick or knobs.compile_mode != pick.compile_mode:
             continue
-        reason = paired_reason(results, runs[pick], search.options.tie, ", confirmed")
+        else:
+            reason = paired_reason(results, runs[pick], tie, ", confirmed")
         for rejection in search.rejected:
             if reason and rejection.on_speed and rejection.trial_id == describe(knobs):
                 rejection.reason = reason

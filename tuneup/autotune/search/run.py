@@ -350,10 +350,11 @@ class Search:
         return names
 
     def run_stage(self, name: str, again: bool = False) -> None:
-        # a loop still waiting for data makes its prefetch depth no low-impact knob, but a
-        # stage's second visit only re-checks: it holds compile's share, as low-impact
-        # stages do (train_images' second prefetch race, 30 s, left compile no room)
-        low_impact = ((again or name in LOW_IMPACT) and self.compile_to_come
+        # a loop still waiting for data makes its prefetch depth no low-impact knob on the
+        # first visit; a second one only re-checks (train_images' second prefetch race, 30 s,
+        # left compile no room). amp and loader stay high-impact when visited again (held to
+        # compile's share, amp's second visit was skipped; the pick went without bfloat16)
+        low_impact = (name in LOW_IMPACT and self.compile_to_come
                       and self.budget.compile_fits(self.facts)
                       and not (name == "loader_extras" and not again
                                and prefetch_to_try(self, self.incumbent_result)))

@@ -52,8 +52,11 @@ def paired_reason(runs: list[TrialResult], leader: list[TrialResult], tie: float
     ``within noise (-2.0%)``: no two words name the same evidence. ``how`` is appended
     inside the brackets; None with fewer than two pairs."""
     interval = log_ratio_interval(*paired_steps(runs, leader))
-    if interval is None:
-        return None
+    return None if interval is None else interval_reason(interval, tie, how)
+
+
+def interval_reason(interval: tuple[float, float], tie: float, how: str = "") -> str:
+    """:func:`paired_reason`'s words for a 95 % interval of log(step / leader's step)."""
     gain = interval_gain(interval)
     if interval[0] > tie:
         return f"slower ({gain:+.0%}{how})"
