@@ -555,20 +555,6 @@ def test_race_stops_when_the_interval_excludes_a_tie():
     assert "slower (-18%, confirmed)" in {r.reason for r in outcome.rejected}
 
 
-def test_an_incumbent_swept_out_of_reach_is_not_raced():
-    """The defaults, 30 % slower than the candidates in the sweep, take no race rounds: the
-    race is between the candidates within reach (on train_images the defaults, 45 % slower,
-    took a quarter of a 4-way race's 28 s)."""
-    def timing(knobs: Knobs) -> dict:
-        return record(0.07 if knobs.num_workers else 0.1)
-
-    tuner, recorded = search(timing, Options(groups=frozenset({"loader"})))
-    outcome = tuner.run()
-    assert outcome.knobs.num_workers
-    race = recorded.plans[2]  # after the baseline and the loader stage's sweep
-    assert race and not any(t.startswith("defaults") for t in race)
-
-
 def test_a_pick_the_confirmation_finds_within_noise_is_listed_as_rejected():
     """bf16 wins its stage's race (2 rounds), then measures as the defaults in the many
     rounds a noisier confirmation needs: over all the rounds they ran side by side the two
