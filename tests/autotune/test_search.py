@@ -151,9 +151,9 @@ def test_a_budget_that_holds_one_confirmation_round_re_runs_compile_beside_eager
     """Two rounds do not fit after a slow compile, one does: it re-runs the compiled pick
     beside its eager side (compile is the change decided on the fewest runs) and the
     result says the confirmation had one round."""
-    tuner, recorded = search(lambda knobs: compute_bound(knobs, compile_s=30.0), budget=80)
+    tuner, recorded = search(lambda knobs: compute_bound(knobs, compile_s=30.0), budget=90)
     outcome = tuner.run()
-    assert outcome.confirmed and recorded.clock <= 80
+    assert outcome.confirmed and recorded.clock <= 90
     assert sorted(t.split(" #")[0] for t in recorded.plans[-1]) == [
         "amp=bfloat16", "amp=bfloat16,compile=default"]
     assert any(n.startswith("confirm: one round") for n in outcome.notes)
