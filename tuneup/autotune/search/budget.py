@@ -104,12 +104,16 @@ class Budget:
         the reserves :meth:`affordable` planned it with. A plan is priced from estimates;
         trials that run long (a noisy stretch, a compile slower than guessed) end it early
         rather than take the confirmation's share."""
-        return seconds <= self.time_left() - self.confirm_reserve() - self.reserve_s
+        return seconds <= self._unreserved()
 
     def shortfall(self, trials: int, extra_s: float = 0.0) -> float:
         """Seconds of budget missing for ``trials`` more and ``extra_s`` (0 when they fit)."""
         return max(0.0, trials * self.trial_seconds() - self._spare(extra_s))
 
     def _spare(self, extra_s: float = 0.0) -> float:
-        reserve = self.confirm_reserve() + self.reserve_s
-        return self.time_left() - reserve - self.startup_seconds() - extra_s
+        """What a new process's trials may spend: it pays a start-up and ``extra_s``."""
+        return self._unreserved() - self.startup_seconds() - extra_s
+
+    def _unreserved(self) -> float:
+        """The time left beyond the confirmation's reserve and ``reserve_s``."""
+        return self.time_left() - self.confirm_reserve() - self.reserve_s

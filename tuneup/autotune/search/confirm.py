@@ -94,13 +94,14 @@ def confirm(search: Search) -> Outcome:
     simpler = rival if rival not in (None, default, contender) and \
         rival.compile_mode == tuned.compile_mode else None
     pick = _decide(search, runs, step, simpler, contender)
-    _restate_rejections(search, runs, pick)
+    speedup = ratio_interval(search.results, pick, default)
+    _restate_rejections(search, runs, pick, speedup)
     outcome.knobs = pick
     batch = search.facts.samples_per_step
     outcome.tuned_samples_per_s = batch / typical_of_all(search.results, pick)
     outcome.baseline_samples_per_s = batch / typical_of_all(search.results, default)
     outcome.confirmed = True
-    outcome.speedup_interval = ratio_interval(search.results, pick, default)
+    outcome.speedup_interval = speedup
     outcome.runner_up = runner_up(pick, runs, step)
     return outcome
 
@@ -222,13 +223,13 @@ def _note_kept(search: Search, default: Knobs) -> None:
                 + ("it" if default.changed() else "defaults"))
 
 
-def _restate_rejections(search: Search, runs: dict[Knobs, list[TrialResult]], pick: Knobs
-                        ) -> None:
+def _restate_rejections(search: Search, runs: dict[Knobs, list[TrialResult]], pick: Knobs,
+                        speedup: tuple[float, float] | None) -> None:
     """A setting rejected on speed and re-run here is judged again on these rounds beside
     the pick, the closest comparison the search made, and these rounds' verdict stands:
     its stage's (``slower (-5%)``, or ``within noise (-10.6%)`` from a short race) must not
-    contradict the runner-up's (a tie at 0.99x). The defaults are judged on the interval
-    the result gives the speed-up (every run of the two): two paired rounds alone called
+    contradict the runner-up's (a tie at 0.99x). The defaults are judged on ``speedup``,
+    the interval the result gives (every run of the two): two paired rounds alone called
     them ``within noise (-41.0%)`` beside a speed-up of 1.56x [1.32, 1.84]. The pick itself
     is no longer rejected. Compile is left to its own rule, which pools its race's rounds
     with these."""
@@ -237,7 +238,6 @@ def _restate_rejections(search: Search, runs: dict[Knobs, list[TrialResult]], pi
     tie, default = search.options.tie, search.baseline_knobs
     for knobs, results in runs.items():
         if knobs == default != pick:  # in the words of the result's speed-up interval
-            speedup = ratio_interval(search.results, pick, default)
             reason = speedup and interval_reason(
                 (math.log(speedup[0]), math.log(speedup[1])), tie, ", confirmed")
         elif knobs == pick or knobs.compile_mode != pick.compile_mode:
