@@ -161,12 +161,13 @@ def test_a_budget_that_holds_one_confirmation_round_re_runs_compile_beside_eager
 
 
 def test_a_stage_visited_again_holds_compile_s_share():
-    """bfloat16 shortens the step of an input-bound loop after the loader stages: the
-    prefetch stage's second visit only re-checks, and leaves compile its share (on
-    docs/examples/train_images.py a 30 s prefetch race left compile no room)."""
+    """bfloat16 pays off only once workers feed the model, and then shortens the step of an
+    input-bound loop after the loader stages: the prefetch stage's second visit only
+    re-checks, and leaves compile its share (on docs/examples/train_images.py a 30 s
+    prefetch race left compile no room)."""
     def timing(knobs: Knobs) -> dict:
         data = input_bound(knobs)
-        if knobs.amp_dtype:
+        if knobs.amp_dtype and knobs.num_workers:
             data = {**data, "step_s_all": [s * 0.6 for s in data["step_s_all"]],
                     "data_wait_share": 0.3}
         return data
@@ -230,11 +231,21 @@ def test_workers_stop_early_once_throughput_stops_rising(shuffles):
         assert outcome.knobs.persistent_workers is True  # 0.6 s start-up per 1.9 s epoch
 
 
-def test_input_bound_baseline_visits_the_loader_first():
-    tuner, recorded = search(input_bound, facts=MANY_CORES)
+def test_input_bound_baseline_visits_the_loader_right_after_amp():
+    """The loader and its extras move ahead of threads and the micro-batch; amp stays first,
+    since it sets the compute step the workers must keep up with."""
+    stages: list[str] = []
+    tuner = Search(Recorded(input_bound, facts=MANY_CORES), Options(), on_stage=stages.append)
     tuner.run()
-    first_stage = recorded.plans[1]
-    assert any("workers=1" in trial_id for trial_id in first_stage)
+    assert stages[:4] == ["baseline", "amp", "loader", "loader_extras"]
+    assert stages.index("threads") > stages.index("loader_extras")
+
+
+def test_without_amp_an_input_bound_baseline_visits_the_loader_first():
+    stages: list[str] = []
+    options = Options(groups=frozenset({"loader", "threads", "batch"}))
+    Search(Recorded(input_bound, facts=MANY_CORES), options, on_stage=stages.append).run()
+    assert stages[:2] == ["baseline", "loader"]
 
 
 def test_tie_keeps_the_simpler_settings():

@@ -4,6 +4,8 @@ stages' races and the confirmation."""
 from __future__ import annotations
 
 import math
+import statistics
+from collections import defaultdict
 
 from tuneup.autotune.trials import TrialResult, log_ratio_interval, paired_steps, typical_step
 from tuneup.settings import Knobs
@@ -63,3 +65,19 @@ def interval_reason(interval: tuple[float, float], tie: float, how: str = "") ->
     if interval[1] < -tie:
         return f"faster ({gain:+.1%}{how})"
     return f"within noise ({gain:+.1%}{how})"
+
+
+def window_noise(results: list[TrialResult]) -> float:
+    """The machine's window-to-window spread: the pooled standard deviation of log step
+    times over every setting measured more than once in ``results`` (0 with none). What a
+    comparison of single windows must clear; a window's own standard error does not show a
+    slow stretch of the machine that covers the whole window."""
+    logs: dict[Knobs, list[float]] = defaultdict(list)
+    for result in results:
+        if result.ok and result.step_time:
+            logs[result.trial.knobs].append(math.log(result.step_time))
+    repeated = [v for v in logs.values() if len(v) > 1]
+    freedom = sum(len(v) - 1 for v in repeated)
+    if not freedom:
+        return 0.0
+    return math.sqrt(sum(statistics.variance(v) * (len(v) - 1) for v in repeated) / freedom)
