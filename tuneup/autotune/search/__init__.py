@@ -16,13 +16,15 @@ again in the same process as its candidates, so every comparison is like for lik
                time, and its losses match eager;
 * ``deeper_prefetch``  after compile, when the compiled loop waits for data.
 
-An input-bound baseline visits ``loader`` and its extras first. A stage that found nothing
-is visited again once if later stages moved the incumbent. Finally the winner, the defaults
-and a rival (a doubtful change undone, the other side of the compile race, the smallest
-gain undone, or else the fastest other setting measured) are re-run interleaved until each
-comparison is settled or the budget is spent: within noise the simpler settings win,
-compile is decided on its race's rounds and these together, and the rival is reported as
-the runner-up with the confidence that the pick is faster.
+An input-bound baseline visits ``loader`` and its extras right after ``amp`` (which sets the
+compute step the workers must keep up with). A stage that found nothing is visited again
+once if later stages moved the incumbent. A stage whose budget held no race rounds adopts a
+change only beyond twice the machine's window-to-window spread. Finally the winner, the
+defaults and a rival (a doubtful change undone, the other side of the compile race, the
+smallest gain undone, or else the fastest other setting measured) are re-run interleaved
+until each comparison is settled or the budget is spent: within noise the simpler settings
+win, compile is decided on its race's rounds and these together, and the rival is reported
+as the runner-up with the confidence that the pick is faster.
 
 Modules: ``budget`` (what fits), ``judge`` (pure verdicts on measurements), ``verdict``
 (when interleaved rounds settle a comparison), ``stages`` (the registry), ``confirm``,
