@@ -689,3 +689,24 @@ def test_a_run_that_fails_mid_race_keeps_the_rounds_paired():
     statuses = {k.num_workers: [r.status for r in v] for k, v in race.items()}
     assert statuses[1][1] == "error"  # in its round, not dropped
     assert len({len(v) for v in statuses.values()}) == 1  # every round paired with its own
+
+
+def test_a_cpu_micro_batch_is_kept_only_when_faster_beyond_noise():
+    """Micro-batches of 128 swing from 10 % faster to 10 % slower, round by round: the faster
+    half of their windows looks 10 % faster, but on a CPU that tie is not taken (it would go
+    wrong under compile); a steady 20 % gain is."""
+    for gains, kept in (((0.90, 1.10), None), ((0.80, 0.80), 128)):
+        swings = itertools.cycle(gains)
+
+        def timing(knobs: Knobs, swings=swings) -> dict:
+            return record(0.1 * (next(swings) if knobs.micro_batch_size == 128 else 1.0))
+
+        tuner, _ = search(timing, Options(groups=frozenset({"batch"})))
+        staged: list[str] = []  # the stage's words, before the confirmation restates them
+        tuner.on_stage = lambda name: name == "confirm" and staged.extend(
+            r.reason for r in tuner.rejected if r.trial_id == "micro_batch=128")
+        outcome = tuner.run()
+        assert outcome.knobs.micro_batch_size == kept
+        if kept is None:
+            assert staged == ["within noise (+0.5%, raced); a micro-batch on a CPU is kept "
+                              "only when faster beyond noise"]

@@ -16,7 +16,8 @@ from tuneup.autotune.search.stages import (STAGES, CompileRace, measure_baseline
 from tuneup.autotune.search.verdict import (interval_gain, is_look, paired_reason, verdict,
                                             window_noise)
 from tuneup.autotune.space import ScriptFacts
-from tuneup.autotune.trials import Trial, TrialResult, merge, typical_step
+from tuneup.autotune.trials import (Trial, TrialResult, log_ratio_interval, merge,
+                                    paired_steps, typical_step)
 from tuneup.settings import Knobs
 
 RACE_REACH = 0.2  # candidates measured this much slower than the best are not raced
@@ -122,8 +123,11 @@ class Search:
                 and v != getattr(self.incumbent, changed)]
 
     def compare(self, stage: str, trials: list[Trial],
-                stop: Callable[[TrialResult], bool] | None = None) -> TrialResult | None:
+                stop: Callable[[TrialResult], bool] | None = None,
+                beyond_noise: str | None = None) -> TrialResult | None:
         """Measure the incumbent and ``trials`` in one process and adopt the best.
+        ``beyond_noise``: why this stage's change must be faster beyond noise (see
+        :meth:`choose`), for stages whose ties go wrong later.
 
         Without early stop the incumbent runs first and last (A B.. A) and counts with its
         faster run: interference on a shared machine only ever slows a trial down.
@@ -142,11 +146,13 @@ class Search:
         if reference is None:
             self.note(f"{stage}: the incumbent failed to re-run ({results[0].status})")
             return None
-        return self.choose(reference, results[1:len(plan)], stage)
+        return self.choose(reference, results[1:len(plan)], stage, beyond_noise)
 
-    def choose(self, reference: TrialResult, candidates: list[TrialResult], stage: str
-               ) -> TrialResult:
+    def choose(self, reference: TrialResult, candidates: list[TrialResult], stage: str,
+               beyond_noise: str | None = None) -> TrialResult:
         """The fastest acceptable result; ties (within ``min_gain``) go to the simpler.
+        With ``beyond_noise`` (the reason), a change is kept only when its race rounds show
+        it faster than the reference beyond the tie zone with 95 % confidence.
 
         Candidates within reach of the best, and always the fastest one, are raced against
         the reference (see
@@ -172,17 +178,32 @@ class Search:
         near = [survivors[k] for k, step in typical.items()
                 if step * (1 - self._gain_needed(runs)) <= fastest]
         chosen = min(near, key=lambda r: (complexity(r.trial.knobs), typical[r.trial.knobs]))
+        held = None  # a change within noise where it must be beyond
+        if beyond_noise and chosen.trial.knobs != reference.trial.knobs and \
+                not self._faster_beyond_noise(runs, chosen, reference):
+            held, chosen = chosen.trial.knobs, reference
         sweep = runs[chosen.trial.knobs][0]  # chosen's run in the sweep's process
         for knobs, result in survivors.items():
             if knobs not in (chosen.trial.knobs, reference.trial.knobs):
                 paired = paired_reason(runs[knobs][1:], runs[chosen.trial.knobs][1:],
                                        self.options.tie, ", raced")
-                self.reject(result, paired or judge.versus(runs[knobs][0], sweep),
+                reason = paired or judge.versus(runs[knobs][0], sweep)
+                self.reject(result, f"{reason}; {beyond_noise}" if knobs == held else reason,
                             on_speed=True)
         for result in out_of_reach:  # against what won, not what it was swept beside
             self.reject(result, judge.versus(result, sweep), on_speed=True)
         self.adopt(chosen, reference, stage)
         return chosen
+
+    def _faster_beyond_noise(self, runs: dict[Knobs, list[TrialResult]], chosen: TrialResult,
+                             reference: TrialResult) -> bool:
+        """Whether the race rounds put ``chosen`` faster than ``reference`` beyond the tie
+        zone with 95 % confidence (a reference raced out was shown slower so)."""
+        if reference.trial.knobs not in runs:
+            return True
+        interval = log_ratio_interval(*paired_steps(runs[chosen.trial.knobs][1:],
+                                                    runs[reference.trial.knobs][1:]))
+        return interval is not None and interval[1] < -self.options.tie
 
     def _gain_needed(self, runs: dict[Knobs, list[TrialResult]]) -> float:
         """The gain that decides a stage: ``min_gain`` once its race ran rounds; when the
