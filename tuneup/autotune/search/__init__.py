@@ -19,7 +19,8 @@ again in the same process as its candidates, so every comparison is like for lik
 An input-bound baseline visits ``loader`` and its extras right after ``amp`` (which sets the
 compute step the workers must keep up with). A stage that found nothing is visited again
 once if later stages moved the incumbent. A stage whose budget held no race rounds adopts a
-change only beyond twice the machine's window-to-window spread. Finally the winner, the
+change only beyond twice the machine's window-to-window spread; on a CPU a micro-batch
+is kept only when its race shows it faster beyond noise. Finally the winner, the
 defaults and a rival (a doubtful change undone, the other side of the compile race, the
 smallest gain undone, or else the fastest other setting measured) are re-run interleaved
 until each comparison is settled or the budget is spent: within noise the simpler settings
