@@ -174,9 +174,8 @@ class Search:
         survivors = {k: r for k, r in merged.items() if r is not None}
         reference = survivors.get(reference.trial.knobs, reference)
         typical = {k: typical_step(runs[k]) for k in survivors}  # the decision: medians
-        fastest = min(typical.values())
-        near = [survivors[k] for k, step in typical.items()
-                if step * (1 - self._gain_needed(runs)) <= fastest]
+        fastest, gain = min(typical.values()), self._gain_needed(runs)
+        near = [survivors[k] for k, step in typical.items() if step * (1 - gain) <= fastest]
         chosen = min(near, key=lambda r: (complexity(r.trial.knobs), typical[r.trial.knobs]))
         held = None  # a change within noise where it must be beyond
         if beyond_noise and chosen.trial.knobs != reference.trial.knobs and \
