@@ -15,8 +15,10 @@ in one run on this machine:
    wall time: the grid's size depends on whether bfloat16 is in it, and so would the budget,
    so runs of the same workload on the same machine could not be compared);
 3. the defaults, the grid's best point and tuneup's pick re-measured interleaved with the
-   same plain harness (so a lucky grid measurement does not inflate the grid-best); a pick
-   that is the grid's best point is measured once a round, and its ratio is 1.
+   same plain harness, --rounds times (default 5), so a lucky grid measurement does not
+   inflate the grid-best; each figure is the median of the rounds' paired ratios, printed
+   with their range. A pick that is the grid's best point is measured once a round, and its
+   ratio is 1.
 
 Steps 2 and 3 repeat --runs times (default 3): each run prints tuned / grid-best (target
 >= 0.97), the share of its budget it used (target <= 1.10) and whether the pick was
@@ -36,6 +38,7 @@ import importlib
 import itertools
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -150,18 +153,29 @@ def label(knobs: Knobs) -> str:
 
 
 def remeasure(workload: ModuleType, dataset: object, batch: int, measure_s: float, rounds: int,
-              settings: dict[str, Knobs]) -> dict[str, float]:
-    """Interleaved re-measurement, best of the rounds. Settings equal to an earlier key's are
-    the same point and get its figure: measured twice, one point read 0.85 of itself on this
-    machine (train_tabular, 2026-11-26), noise that says nothing about the pick."""
+              settings: dict[str, Knobs]) -> dict[str, list[float]]:
+    """Interleaved re-measurement: every setting once a round, the order reversed every other
+    round so a drift of the machine falls on each alike. Settings equal to an earlier key's
+    are the same point and get its figures: measured apart, one point read 0.85 of itself on
+    this machine (train_tabular, 2026-11-26), noise that says nothing about the pick."""
     first: dict[Knobs, str] = {}
     for key, knobs in settings.items():
         first.setdefault(knobs, key)
     final: dict[str, list[float]] = {key: [] for key in first.values()}
-    for _ in range(rounds):
-        for knobs, key in first.items():
+    order = list(first.items())
+    for round_ in range(rounds):
+        for knobs, key in order if round_ % 2 == 0 else reversed(order):
             final[key].append(plain_throughput(workload, dataset, knobs, batch, measure_s))
-    return {key: max(final[first[knobs]]) for key, knobs in settings.items()}
+    return {key: final[first[knobs]] for key, knobs in settings.items()}
+
+
+def paired_ratio(numerator: list[float], denominator: list[float]) -> tuple[float, float, float]:
+    """Median, lowest and highest of the rounds' ratios. Each round measures both settings
+    minutes apart at most, so a slow stretch of the machine divides out; the median keeps
+    one odd round from deciding (the best of two rounds per setting, used before, read one
+    pick 0.945 and 1.019 of the same grid point in one night)."""
+    ratios = sorted(n / d for n, d in zip(numerator, denominator))
+    return statistics.median(ratios), ratios[0], ratios[-1]
 
 
 def bench(name: str, quick: bool, measure_s: float, budget: float, budget_share: float | None,
@@ -190,16 +204,20 @@ def bench(name: str, quick: bool, measure_s: float, budget: float, budget_share:
             tuned = read(settings).knobs
         best = remeasure(workload, dataset, batch, measure_s, rounds,
                          {"defaults": Knobs(), "grid-best": grid_best, "tuned": tuned})
+        vs_best = paired_ratio(best["tuned"], best["grid-best"])
+        vs_defaults = paired_ratio(best["tuned"], best["defaults"])
         result = {
             "workload": name, "run": run, "grid_points": len(points), "grid_s": round(grid_s, 1),
             "budget_s": round(budget), "autotune_s": round(autotune_s, 1),
             "budget_used": round(autotune_s / budget, 3), "confirmed": summary.get("confirmed"),
             "speedup_interval": summary.get("speedup_interval"),
             "grid_best": label(grid_best), "tuned": label(tuned),
-            "defaults_sps": round(best["defaults"]), "grid_best_sps": round(best["grid-best"]),
-            "tuned_sps": round(best["tuned"]),
-            "tuned_over_grid_best": round(best["tuned"] / best["grid-best"], 3),
-            "speedup_over_defaults": round(best["tuned"] / best["defaults"], 2),
+            "defaults_sps": round(statistics.median(best["defaults"])),
+            "grid_best_sps": round(statistics.median(best["grid-best"])),
+            "tuned_sps": round(statistics.median(best["tuned"])),
+            "tuned_over_grid_best": round(vs_best[0], 3),
+            "tuned_over_grid_best_range": [round(vs_best[1], 3), round(vs_best[2], 3)],
+            "speedup_over_defaults": round(vs_defaults[0], 2),
             "runner_up": summary.get("runner_up"), "notes": summary.get("notes", []),
         }
         for key, value in result.items():
@@ -217,7 +235,8 @@ def main() -> None:
                         help="each autotune run's budget in seconds (default 120)")
     parser.add_argument("--budget-share", type=float,
                         help="instead of --budget: a share of the grid's wall time")
-    parser.add_argument("--rounds", type=int, default=2, help="interleaved re-measurement rounds")
+    parser.add_argument("--rounds", type=int, default=5,
+                        help="interleaved re-measurement rounds (default 5; the median ratio is reported)")
     parser.add_argument("--runs", type=int, default=3, help="autotune runs per workload")
     parser.add_argument("--workloads", default=",".join(WORKLOADS),
                         help="comma-separated; examples: " + ", ".join(WORKLOADS)
@@ -227,10 +246,12 @@ def main() -> None:
     results = [run for name in args.workloads.split(",")
                for run in bench(name, args.quick, args.measure_seconds, args.budget,
                                 args.budget_share, args.rounds, args.runs)]
-    print("\nworkload        run  tuned/grid-best  budget used  confirmed  speedup vs defaults")
+    print("\nworkload        run  tuned/grid-best  (rounds' range)  budget used  confirmed"
+          "  speedup vs defaults")
     for r in results:
+        low, high = r["tuned_over_grid_best_range"]
         print(f"{r['workload']:15s} {r['run']:3d} {r['tuned_over_grid_best']:16.3f} "
-              f"{r['budget_used']:12.2f} {str(r['confirmed']):>10s} "
+              f"  [{low:.3f}, {high:.3f}] {r['budget_used']:12.2f} {str(r['confirmed']):>10s} "
               f"{r['speedup_over_defaults']:19.2f}x")
     print("targets: tuned/grid-best >= 0.97 in every run, budget used <= 1.10")
     if args.json:
