@@ -9,7 +9,9 @@ in one run on this machine:
 1. every point of a grid over the same knobs and candidate values tuneup searches (AMP dtype
    x compile x num_workers/prefetch_factor x threads x micro-batch with accumulation),
    each measured with plain PyTorch code (a DataLoader and an ordinary training step; no
-   tuneup), and the grid's total wall time including set-up and compile;
+   tuneup), and the grid's total wall time including set-up and compile. Its best point is
+   the fastest, by the median of --rounds interleaved re-measurements, of its three fastest
+   points (one window each names a lucky point as often as the best one);
 2. `tuneup autotune` on the example script, as a user runs it (a subprocess with a fresh
    inductor cache; told the run is long, like the grid, which never counts compile time),
    given --budget seconds (default 120; or --budget-share of the grid's
@@ -71,6 +73,7 @@ DEFAULT_THREADS = torch.get_num_threads()
 # tuneup's default of 5,000 steps a compile that gains 7 % on train_images does not repay
 # its 25 s there, and the tuner rightly declines what the grid would count as a miss.
 RUN_STEPS = 1_000_000
+FINALISTS = 3  # the grid's fastest points re-measured to name its best
 
 
 def plain_throughput(workload: ModuleType, dataset: object, knobs: Knobs, batch_size: int,
@@ -175,6 +178,21 @@ def remeasure(workload: ModuleType, dataset: object, batch: int, measure_s: floa
     return {key: final[first[knobs]] for key, knobs in settings.items()}
 
 
+def best_point(workload: ModuleType, dataset: object, batch: int, measure_s: float, rounds: int,
+               points: list[tuple[float, Knobs]]) -> Knobs:
+    """The grid's best point: of its FINALISTS fastest points, the one fastest by the median
+    of ``rounds`` interleaved re-measurements. The grid measures each point once, and its
+    fastest is often a lucky window: on train_images (2026-11-26) `micro_batch=64` eagerly
+    led the grid, and every pick with compile then re-measured 1.06-1.11x of it."""
+    fastest = sorted(points, key=lambda point: -point[0])[:FINALISTS]
+    finalists = {label(knobs): knobs for _, knobs in fastest}
+    speeds = remeasure(workload, dataset, batch, measure_s, rounds, finalists)
+    for key, figures in speeds.items():
+        print(f"  finalist {key:56s} {statistics.median(figures):9.0f} samples/s (median)",
+              flush=True)
+    return finalists[max(speeds, key=lambda key: statistics.median(speeds[key]))]
+
+
 def paired_ratio(numerator: list[float], denominator: list[float]) -> tuple[float, float, float]:
     """Median, lowest and highest of the rounds' ratios. Each round measures both settings
     minutes apart at most, so a slow stretch of the machine divides out; the median keeps
@@ -198,7 +216,7 @@ def bench(name: str, quick: bool, measure_s: float, budget: float, budget_share:
         points.append((speed, knobs))
         print(f"  grid {label(knobs):60s} {speed:9.0f} samples/s", flush=True)
     grid_s = time.perf_counter() - grid_started
-    grid_best = max(points, key=lambda p: p[0])[1]
+    grid_best = best_point(workload, dataset, batch, measure_s, rounds, points)
 
     if budget_share is not None:
         budget = budget_share * grid_s
@@ -242,7 +260,7 @@ def main() -> None:
     parser.add_argument("--budget-share", type=float,
                         help="instead of --budget: a share of the grid's wall time")
     parser.add_argument("--rounds", type=int, default=5,
-                        help="interleaved re-measurement rounds (default 5; the median ratio is reported)")
+                        help="interleaved re-measurement rounds (default 5; medians reported)")
     parser.add_argument("--runs", type=int, default=3, help="autotune runs per workload")
     parser.add_argument("--workloads", default=",".join(WORKLOADS),
                         help="comma-separated; examples: " + ", ".join(WORKLOADS)
