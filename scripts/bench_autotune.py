@@ -70,8 +70,8 @@ HELDOUT_WORKLOADS = ("train_tokens", "train_tabular", "train_audio")
 DEFAULT_THREADS = torch.get_num_threads()
 # The run the script is told to make, and the tuner too (--expected-steps): the grid measures
 # steady throughput and never counts compile time, as a long run would not notice it. With
-# tuneup's default of 5,000 steps a compile that gains 7 % on train_images does not repay
-# its 25 s there, and the tuner rightly declines what the grid would count as a miss.
+# tuneup's default of 5,000 steps a compile gain of 5-7 % on train_images does not repay
+# its 20-25 s there, and the tuner rightly declines what the grid would count as a miss.
 RUN_STEPS = 1_000_000
 FINALISTS = 3  # the grid's fastest points re-measured to name its best
 

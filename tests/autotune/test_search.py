@@ -12,6 +12,7 @@ import pytest
 
 from tuneup.autotune.trials import Trial, TrialResult
 from tuneup.autotune.search.confirm import simpler_alternative
+from tuneup.autotune.search.stages import _prefetch_reserve, prefetch_to_try
 from tuneup.autotune.search import Change, Options, Search, SearchError, describe, loss_drift
 from tuneup.autotune.space import ScriptFacts
 from tuneup.settings import Knobs
@@ -507,6 +508,35 @@ def test_after_a_deeper_prefetch_estimates_count_a_compiled_rerun_warm(prefetche
     assert (outcome.knobs.prefetch_factor == 4) == (prefetched < 1)
     assert "deeper_prefetch" in warmups
     assert warmups["confirm"] == pytest.approx(1.1)
+
+
+@pytest.mark.parametrize("prefetched", [0.98, 1.02])
+def test_a_deeper_prefetch_inside_the_tie_zone_is_kept_only_when_faster(prefetched):
+    """A deeper prefetch costs a few batches of host memory and changes nothing the model
+    sees, so it is no lighter than the default: 2 % faster (inside the 3 % tie zone, as on
+    train_images after compile) it is kept, stage and confirmation alike; 2 % slower, not."""
+    options = Options(groups=frozenset({"loader", "compile"}))
+    tuner, _ = search(lambda k: compile_outpaces_the_loader(k, prefetched), options, budget=240)
+    outcome = tuner.run()
+    assert outcome.knobs.compile_mode == "default" and outcome.confirmed
+    assert (outcome.knobs.prefetch_factor == 4) == (prefetched < 1)
+
+
+def test_compile_holds_room_for_a_deeper_prefetch_on_a_hint_of_waiting():
+    """One compiled window waiting 7 % of the step is a hint (train_images: 9 % in the
+    first compiled window, 11-14 % in the race's, and the trial was then skipped for want
+    of budget): the compile stage holds the deeper prefetch's room on it, and the trial
+    itself still waits for evidence (more than 10 %)."""
+    tuner, _ = search(compile_outpaces_the_loader, Options(groups=frozenset({"loader", "compile"})))
+    tuner.incumbent = Knobs(num_workers=2)
+    compiled = Knobs(num_workers=2, compile_mode="default")
+
+    def run(wait: float) -> TrialResult:
+        return TrialResult.from_event(Trial(describe(compiled), compiled), record(0.05, wait=wait))
+
+    assert _prefetch_reserve(tuner, run(0.07), run(0.07)) > 0
+    assert not prefetch_to_try(tuner, run(0.07)) and prefetch_to_try(tuner, run(0.12))
+    assert _prefetch_reserve(tuner, run(0.02), run(0.02)) == 0
 
 
 def test_no_deeper_prefetch_after_compile_when_the_loader_keeps_up():

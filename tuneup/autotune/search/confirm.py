@@ -15,7 +15,7 @@ import statistics
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from tuneup.autotune.search.labels import describe
+from tuneup.autotune.search.labels import complexity, describe
 from tuneup.autotune.search.outcome import Change, Outcome, RunnerUp
 from tuneup.autotune.search.stages import HEADROOM, compile_verdict
 from tuneup.autotune.search.verdict import interval_reason, is_look, paired_reason, verdict
@@ -163,8 +163,8 @@ def _decide(search: Search, runs: dict[Knobs, list[TrialResult]], step: dict[Kno
     gain = 1 + search.options.min_gain
     pick = _redecide_compile(search, runs, search.incumbent)
 
-    def as_fast(a: Knobs, b: Knobs) -> bool:
-        """``a`` is within ``min_gain`` of ``b`` or faster: by the median of their paired
+    def as_fast(a: Knobs, b: Knobs, gain: float = gain) -> bool:
+        """``a`` is within ``gain`` - 1 of ``b`` or faster: by the median of their paired
         ratios over these rounds and any stage race's that ran both, or (never raced side by
         side, or differing in compile) by their typical steps here."""
         logs = paired_logs(search, runs, a, b) if a.compile_mode == b.compile_mode else []
@@ -172,10 +172,13 @@ def _decide(search: Search, runs: dict[Knobs, list[TrialResult]], step: dict[Kno
             return step[a] < step[b] * gain
         return statistics.median(logs) < math.log(gain)
 
+    # an alternative no simpler than the pick (a free change undone: a deeper prefetch)
+    # wins only when faster: a tie is decided by speed, as in the stages
+    simpler = alternative is not None and complexity(alternative) < complexity(pick)
     if alternative is not None and merge(runs.get(alternative, [])) is not None and \
-            as_fast(alternative, pick):
+            as_fast(alternative, pick, gain if simpler else 1.0):
         search.note(f"confirm: {describe(alternative)} is as fast within noise, or faster; "
-                    "keeping the simpler settings")
+                    + ("keeping the simpler settings" if simpler else "keeping it"))
         pick = alternative
     overtaken = None
     if contender is not None and merge(runs.get(contender, [])) is not None and \
