@@ -20,8 +20,9 @@ in one run on this machine:
 3. the defaults, the grid's best point and tuneup's pick re-measured interleaved with the
    same plain harness, --rounds times (default 5), so a lucky grid measurement does not
    inflate the grid-best; each figure is the median of the rounds' paired ratios, printed
-   with their range. A pick that is the grid's best point is measured once a round, and its
-   ratio is 1.
+   with their range (the JSON's samples/s figures are each setting's own median, so their
+   quotient can differ from the median ratio). A pick that is the grid's best point is
+   measured once a round, and its ratio is 1.
 
 Steps 2 and 3 repeat --runs times (default 3): each run prints tuned / grid-best (target
 >= 0.97), the share of its budget it used (target <= 1.10) and whether the pick was
@@ -164,7 +165,7 @@ def label(knobs: Knobs) -> str:
 def remeasure(workload: ModuleType, dataset: object, batch: int, measure_s: float, rounds: int,
               settings: dict[str, Knobs]) -> dict[str, list[float]]:
     """Interleaved re-measurement: every setting once a round, the order reversed every other
-    round so a drift of the machine falls on each alike. Settings equal to an earlier key's
+    round so a drift of the machine falls on each alike (exactly so for an even count). Settings equal to an earlier key's
     are the same point and get its figures: measured apart, one point read 0.85 of itself on
     this machine (train_tabular, 2026-11-26), noise that says nothing about the pick."""
     first: dict[Knobs, str] = {}
@@ -267,6 +268,8 @@ def main() -> None:
                         + "; held-out: " + ", ".join(HELDOUT_WORKLOADS))
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args()
+    if args.rounds < 1 or args.runs < 1:
+        parser.error("--rounds and --runs must be at least 1")
     results = [run for name in args.workloads.split(",")
                for run in bench(name, args.quick, args.measure_seconds, args.budget,
                                 args.budget_share, args.rounds, args.runs)]

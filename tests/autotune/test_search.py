@@ -522,6 +522,20 @@ def test_a_deeper_prefetch_inside_the_tie_zone_is_kept_only_when_faster(prefetch
     assert (outcome.knobs.prefetch_factor == 4) == (prefetched < 1)
 
 
+def test_the_confirmation_doubts_a_change_of_no_weight_last():
+    """A deeper prefetch taken on a tie gained least, yet the change worth re-checking is
+    the micro-batch chosen before compile (their interaction cost train_images 0.89)."""
+    tuner, _ = search(compute_bound)
+    base = Knobs(num_workers=2)
+    micro = base.replace(micro_batch_size=64)
+    compiled = micro.replace(compile_mode="default")
+    deeper = compiled.replace(prefetch_factor=4)
+    tuner.incumbent = deeper
+    tuner.changes = [Change("batch", base, micro, 0.05), Change("compile", micro, compiled, 0.2),
+                     Change("deeper_prefetch", compiled, deeper, 0.001)]
+    assert simpler_alternative(tuner) == deeper.replace(micro_batch_size=None)
+
+
 def test_compile_holds_room_for_a_deeper_prefetch_on_a_hint_of_waiting():
     """One compiled window waiting 7 % of the step is a hint (train_images: 9 % in the
     first compiled window, 11-14 % in the race's, and the trial was then skipped for want

@@ -41,3 +41,16 @@ def test_a_stage_without_race_rounds_needs_a_gain_beyond_the_machines_spread():
         candidate = window(Knobs(cpu_threads=1), 0.100 / (1 + gain))
         tuner.baseline = tuner.budget.baseline = tuner.budget.typical = reference
         assert tuner.choose(reference, [candidate], "threads").trial.knobs == kept
+
+
+def test_one_window_each_decides_no_tie_over_a_change_of_no_weight():
+    """A deeper prefetch is no heavier than the default, so a raced tie over it goes to the
+    faster; one window each (no race rounds) decides nothing: 1 % faster, the reference
+    stays."""
+    workers = Knobs(num_workers=2)
+    tuner, _ = search(lambda k: record(0.1), Options(groups=frozenset({"loader"})), budget=0.0)
+    tuner.results = [window(workers, s) for s in (0.100, 0.101, 0.100, 0.101)]
+    reference = window(workers, 0.100)
+    candidate = window(workers.replace(prefetch_factor=4), 0.100 / 1.01)
+    tuner.baseline = tuner.budget.baseline = tuner.budget.typical = reference
+    assert tuner.choose(reference, [candidate], "loader").trial.knobs == workers

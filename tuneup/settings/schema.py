@@ -45,9 +45,9 @@ class Knobs:
 
     num_workers: int | None = _knob("workers", "loader", 0, 1)
     pin_memory: bool | None = _knob("pin_memory", "loader", False, 1, safe_across_machines=True)
-    # a deeper prefetch costs a few batches of host memory and changes neither what the model
-    # computes nor the samples' order: no lighter than the default, so a tie is decided by
-    # speed (on train_images prefetch=4 after compile is 2-3 % faster, inside the tie zone)
+    # a deeper prefetch costs host (shared) memory for 2 more batches per worker and changes
+    # neither what the model computes nor the samples' order: no heavier than the default,
+    # so a tie over it is decided by speed (docs/autotune.md, The method)
     prefetch_factor: int | None = _knob("prefetch", "loader", 2, 0)
     # PyTorch's seeded shuffle order changes from the second epoch on with persistent workers
     persistent_workers: bool | None = _knob("persistent", "loader", False, 1,

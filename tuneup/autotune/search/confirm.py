@@ -15,7 +15,7 @@ import statistics
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from tuneup.autotune.search.labels import complexity, describe
+from tuneup.autotune.search.labels import describe, weightless_change
 from tuneup.autotune.search.outcome import Change, Outcome, RunnerUp
 from tuneup.autotune.search.stages import HEADROOM, compile_verdict
 from tuneup.autotune.search.verdict import interval_reason, is_look, paired_reason, verdict
@@ -163,22 +163,24 @@ def _decide(search: Search, runs: dict[Knobs, list[TrialResult]], step: dict[Kno
     gain = 1 + search.options.min_gain
     pick = _redecide_compile(search, runs, search.incumbent)
 
-    def as_fast(a: Knobs, b: Knobs, gain: float = gain) -> bool:
-        """``a`` is within ``gain`` - 1 of ``b`` or faster: by the median of their paired
+    def as_fast(a: Knobs, b: Knobs, within: float = gain) -> bool:
+        """``a`` is within ``within`` - 1 of ``b`` or faster: by the median of their paired
         ratios over these rounds and any stage race's that ran both, or (never raced side by
         side, or differing in compile) by their typical steps here."""
         logs = paired_logs(search, runs, a, b) if a.compile_mode == b.compile_mode else []
         if not logs:  # compile is decided by its own rule (_redecide_compile)
-            return step[a] < step[b] * gain
-        return statistics.median(logs) < math.log(gain)
+            return step[a] < step[b] * within
+        return statistics.median(logs) < math.log(within)
 
-    # an alternative no simpler than the pick (a free change undone: a deeper prefetch)
-    # wins only when faster: a tie is decided by speed, as in the stages
-    simpler = alternative is not None and complexity(alternative) < complexity(pick)
+    # the pick without a change of no weight (a deeper prefetch) is not the simpler: it
+    # wins only when faster, as the stages decide such a tie
+    weightless = alternative is not None and weightless_change(alternative, pick)
     if alternative is not None and merge(runs.get(alternative, [])) is not None and \
-            as_fast(alternative, pick, gain if simpler else 1.0):
-        search.note(f"confirm: {describe(alternative)} is as fast within noise, or faster; "
-                    + ("keeping the simpler settings" if simpler else "keeping it"))
+            as_fast(alternative, pick, 1.0 if weightless else gain):
+        search.note(f"confirm: {describe(alternative)} is faster by the median of the paired "
+                    "rounds; taking it" if weightless else
+                    f"confirm: {describe(alternative)} is as fast within noise, or faster; "
+                    "keeping the simpler settings")
         pick = alternative
     overtaken = None
     if contender is not None and merge(runs.get(contender, [])) is not None and \
@@ -384,7 +386,9 @@ def simpler_alternative(search: Search) -> Knobs | None:
     doubtful = [c for i, c in enumerate(changes) if c.stage != "compile"
                 and (c.gain < 2 * search.options.min_gain + 0.05 or i > compiled_at
                      or _interacts_later(c, changes[i + 1:]))]
-    return _undo(search, min(doubtful, key=lambda c: c.gain)) if doubtful else None
+    # a change of no weight (a deeper prefetch, taken on a tie by speed) is doubted last
+    return _undo(search, min(doubtful, key=lambda c: (weightless_change(c.before, c.after),
+                                                      c.gain))) if doubtful else None
 
 
 def closest_rival(search: Search) -> Knobs | None:

@@ -13,8 +13,15 @@ def describe(knobs: Knobs) -> str:
 
 
 def complexity(knobs: Knobs) -> int:
-    """Weight of the changes in ``knobs``: fewer and lighter changes win ties."""
+    """Weight of the changes in ``knobs``: fewer and lighter changes win ties (a change of
+    no weight, a deeper prefetch, is decided by speed)."""
     return sum(knob_facts(name).complexity for name in knobs.changed())
+
+
+def weightless_change(a: Knobs, b: Knobs) -> bool:
+    """``a`` and ``b`` differ only in knobs of no weight: neither is the simpler."""
+    return all(knob_facts(name).complexity == 0
+               for name, value in a.to_dict().items() if getattr(b, name) != value)
 
 
 def consistent(knobs: Knobs) -> Knobs:

@@ -176,7 +176,11 @@ class Search:
         typical = {k: typical_step(runs[k]) for k in survivors}  # the decision: medians
         fastest, gain = min(typical.values()), self._gain_needed(runs)
         near = [survivors[k] for k, step in typical.items() if step * (1 - gain) <= fastest]
-        chosen = min(near, key=lambda r: (complexity(r.trial.knobs), typical[r.trial.knobs]))
+        # among equal weights the faster, but one window each decides no tie: the reference
+        unraced = not any(len(v) > 1 for v in runs.values())
+        chosen = min(near, key=lambda r: (complexity(r.trial.knobs),
+                                          unraced and r.trial.knobs != reference.trial.knobs,
+                                          typical[r.trial.knobs]))
         held = None  # a change within noise where it must be beyond
         if beyond_noise and chosen.trial.knobs != reference.trial.knobs and \
                 not self._faster_beyond_noise(runs, chosen, reference):
