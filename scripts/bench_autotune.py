@@ -244,6 +244,7 @@ def bench(name: str, quick: bool, measure_s: float, budget: float, budget_share:
             "tuned_over_grid_best_range": [round(vs_best[1], 3), round(vs_best[2], 3)],
             "speedup_over_defaults": round(vs_defaults[0], 2),
             "runner_up": summary.get("runner_up"), "notes": summary.get("notes", []),
+            "rejected": summary.get("rejected", []),  # what was tried beside the pick
         }
         for key, value in result.items():
             print(f"  {key:24s} {value}")

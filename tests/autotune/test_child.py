@@ -71,12 +71,14 @@ print("script ended after", steps, "steps")
 '''
 
 
-def run_child(tmp_path: Path, trials: list[dict], name: str = "run", **env: str):
+def run_child(tmp_path: Path, trials: list[dict], name: str = "run", window: dict | None = None,
+              **env: str):
     script = tmp_path / "train.py"
     script.write_text(SCRIPT)
     results = tmp_path / "results.jsonl"
     plan = {"protocol": 1, "results": str(results), "warmup_steps": 1, "measure_steps": 2,
-            "min_measure_seconds": 0.0, "max_measure_steps": 4, "check_steps": 2, "trials": trials}
+            "min_measure_seconds": 0.0, "max_measure_steps": 4, "check_steps": 2, "trials": trials,
+            **(window or {})}
     if "PLAN_PARENT_PID" in env:
         plan["parent_pid"] = int(env.pop("PLAN_PARENT_PID"))
     plan_path = tmp_path / f"{name}.plan.json"
@@ -122,6 +124,19 @@ def test_a_normal_plan_runs_every_trial_and_exits_0(tmp_path):
     assert results["mb=8"]["check_losses"] == pytest.approx(baseline, abs=1e-5)
     assert results["amp=bfloat16"]["check_losses"] == pytest.approx(baseline, abs=0.05)
     assert results["workers=1"]["check_losses"] is None
+
+
+def test_an_epochs_restart_is_timed_as_the_run_pays_it(tmp_path):
+    """Six batches an epoch and a window of twelve steps: the window spans restarts, and the
+    steps that start a worker again are timed (the run pays them every epoch), not left out
+    as the user's own gaps are."""
+    trials = [{"id": "workers=1", "knobs": {"num_workers": 1}}]
+    process, events = run_child(tmp_path, trials, window={"measure_steps": 12,
+                                                          "max_measure_steps": 12})
+    assert process.returncode == 0, process.stderr
+    steps = sorted(ends(events)["workers=1"]["step_s_all"])
+    assert len(steps) == 12
+    assert steps[-1] > 5 * steps[len(steps) // 2]  # a worker's start-up among them
 
 
 def test_a_failing_trial_is_recorded_and_the_next_process_resumes(tmp_path):
