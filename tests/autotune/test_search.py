@@ -536,11 +536,11 @@ def test_the_confirmation_doubts_a_change_of_no_weight_last():
     assert simpler_alternative(tuner) == deeper.replace(micro_batch_size=None)
 
 
-def test_a_compiled_loop_that_waits_at_all_gets_a_deeper_prefetch_trial():
-    """Compiled, a wait of 4-14 % of the step is bursts a deeper queue absorbs (train_images:
-    prefetch=4 2.7-3.1 % faster there): the trial is called for above 3 %, and the compile
-    stage holds its room on its first window, where before compile only a 10 % wait
-    calls for it."""
+def test_compile_holds_room_for_a_deeper_prefetch_on_a_hint_of_waiting():
+    """One compiled window waiting 7 % of the step is a hint (train_images: 9 % in the
+    first compiled window, 11-14 % in the race's, and the trial was then skipped for want
+    of budget): the compile stage holds the deeper prefetch's room on it, and the trial
+    itself still waits for evidence (more than 10 %)."""
     tuner, _ = search(compile_outpaces_the_loader, Options(groups=frozenset({"loader", "compile"})))
     tuner.incumbent = Knobs(num_workers=2)
     compiled = Knobs(num_workers=2, compile_mode="default")
@@ -548,26 +548,9 @@ def test_a_compiled_loop_that_waits_at_all_gets_a_deeper_prefetch_trial():
     def run(wait: float) -> TrialResult:
         return TrialResult.from_event(Trial(describe(compiled), compiled), record(0.05, wait=wait))
 
-    assert _prefetch_reserve(tuner, run(0.05), run(0.05)) > 0
+    assert _prefetch_reserve(tuner, run(0.07), run(0.07)) > 0
     assert not prefetch_to_try(tuner, run(0.07)) and prefetch_to_try(tuner, run(0.12))
     assert _prefetch_reserve(tuner, run(0.02), run(0.02)) == 0
-
-
-def test_a_deeper_prefetch_is_tried_once_the_compiled_loop_waits_five_percent():
-    """Eagerly two workers keep up (2 % wait); compiled, the loop waits 5 % of the step, and
-    a deeper prefetch takes 3 % off it: tried after compile, and kept."""
-    def timing(knobs: Knobs) -> dict:
-        if not knobs.num_workers:
-            return record(0.2, wait=0.6)
-        warmup = 0.5 + (16.0 if knobs.compile_mode else 0.0)
-        if not knobs.compile_mode:
-            return record(0.08 if knobs.num_workers == 2 else 0.1, warmup, wait=0.02)
-        return record(0.05 * (0.97 if knobs.prefetch_factor else 1.0), warmup, wait=0.05)
-
-    tuner, recorded = search(timing, Options(groups=frozenset({"loader", "compile"})), budget=240)
-    outcome = tuner.run()
-    assert outcome.knobs == Knobs(num_workers=2, prefetch_factor=4, compile_mode="default")
-    assert "deeper_prefetch" in [c.stage for c in tuner.changes]
 
 
 def test_no_deeper_prefetch_after_compile_when_the_loader_keeps_up():
