@@ -165,9 +165,10 @@ def label(knobs: Knobs) -> str:
 def remeasure(workload: ModuleType, dataset: object, batch: int, measure_s: float, rounds: int,
               settings: dict[str, Knobs]) -> dict[str, list[float]]:
     """Interleaved re-measurement: every setting once a round, the order reversed every other
-    round so a drift of the machine falls on each alike (exactly so for an even count). Settings equal to an earlier key's
-    are the same point and get its figures: measured apart, one point read 0.85 of itself on
-    this machine (train_tabular, 2026-11-26), noise that says nothing about the pick."""
+    round so a drift of the machine falls on each alike (exactly so for an even count).
+    Settings equal to an earlier key's are the same point and get its figures: measured
+    apart, one point read 0.85 of itself on this machine (train_tabular, 2026-11-26), noise
+    that says nothing about the pick."""
     first: dict[Knobs, str] = {}
     for key, knobs in settings.items():
         first.setdefault(knobs, key)

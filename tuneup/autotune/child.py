@@ -202,7 +202,7 @@ class TrialSession(hooks.Observer):
                     batch = next(source, _END)
                     if batch is _END:  # the dataset ran out: start it again, timed (the
                         # run pays each epoch's restart: on docs/examples/train_mlp.py one
-                        # worker's costs 0.35-0.42 s a 32-step epoch, 12 % of its time;
+                        # worker's restart costs 0.35-0.42 s a 32-step epoch, 12 % of its time;
                         # untimed, the search once kept that worker: 0.72 of the best)
                         if fresh:
                             raise RuntimeError("the loader yields no batch (a dataset smaller "

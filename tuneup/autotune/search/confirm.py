@@ -177,10 +177,9 @@ def _decide(search: Search, runs: dict[Knobs, list[TrialResult]], step: dict[Kno
     weightless = alternative is not None and weightless_change(alternative, pick)
     if alternative is not None and merge(runs.get(alternative, [])) is not None and \
             as_fast(alternative, pick, 1.0 if weightless else gain):
-        search.note(f"confirm: {describe(alternative)} is faster by the median of the paired "
-                    "rounds; taking it" if weightless else
-                    f"confirm: {describe(alternative)} is as fast within noise, or faster; "
-                    "keeping the simpler settings")
+        why = ("is faster by the median of the paired rounds; taking it" if weightless
+               else "is as fast within noise, or faster; keeping the simpler settings")
+        search.note(f"confirm: {describe(alternative)} {why}")
         pick = alternative
     overtaken = None
     if contender is not None and merge(runs.get(contender, [])) is not None and \

@@ -23,9 +23,9 @@ if TYPE_CHECKING:
 
 HEADROOM = "batch (memory headroom)"  # a change made for memory, kept whatever its speed
 PREFETCH_WAIT_SHARE = 0.1  # data-wait share left that makes a deeper prefetch worth a trial
-# ... and that makes compile hold budget for that trial: one compiled window is a hint only
-# (train_images' first compiled run waited 9 %, the race's 11-14 %, and the trial was then
-# skipped for want of the budget the race had spent)
+# the wait in compile's first compiled window that makes it hold budget for that trial: one
+# window is a hint only (train_images' first compiled run waited 9 %, the race's 11-14 %,
+# and the trial was then skipped for want of the budget the race had spent)
 PREFETCH_HINT_SHARE = 0.05
 DEEPER_PREFETCH = 4  # batches each worker keeps ready (PyTorch's default: 2)
 PERSISTENT_STARTUP_SHARE = 0.01  # worker start-up per epoch worth keeping workers alive
