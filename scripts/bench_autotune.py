@@ -64,7 +64,13 @@ HELDOUT = ROOT / "scripts" / "heldout"  # shapes the tuner was not developed on
 sys.path[:0] = [str(EXAMPLES), str(HELDOUT)]
 
 from tuneup.autotune.child import SLOW_BFLOAT16, cpu_bfloat16_slowdown  # noqa: E402
+from tuneup.runtime.host_memory import pin_malloc_thresholds  # noqa: E402
 from tuneup.settings import Knobs, read  # noqa: E402
+
+# Every point runs as tuneup's trials and settings do, malloc's thresholds pinned: glibc's
+# own move with what ran before in this process, so a point's speed would depend on the
+# points measured before it (tuneup/runtime/host_memory.py).
+MALLOC_PROBLEM = pin_malloc_thresholds()
 
 WORKLOADS = ("train_mlp", "train_images")
 HELDOUT_WORKLOADS = ("train_tokens", "train_tabular", "train_audio")
@@ -227,7 +233,7 @@ def bench(name: str, quick: bool, measure_s: float, budget: float, budget_share:
         with tempfile.TemporaryDirectory(prefix="bench-settings-") as folder:
             settings = Path(folder) / f"{name}.json"
             autotune_s, summary = run_autotune(script(name), budget, settings, quick)
-            tuned = read(settings).knobs
+            tuned = read(settings).knobs.replace(pin_host_malloc=None)  # pinned for all
         best = remeasure(workload, dataset, batch, measure_s, rounds,
                          {"defaults": Knobs(), "grid-best": grid_best, "tuned": tuned})
         vs_best = paired_ratio(best["tuned"], best["grid-best"])
@@ -272,6 +278,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.rounds < 1 or args.runs < 1:
         parser.error("--rounds and --runs must be at least 1")
+    if MALLOC_PROBLEM:
+        print(f"note: malloc's thresholds not pinned ({MALLOC_PROBLEM}): the grid's points "
+              "and tuneup's trials may not measure alike", flush=True)
     results = [run for name in args.workloads.split(",")
                for run in bench(name, args.quick, args.measure_seconds, args.budget,
                                 args.budget_share, args.rounds, args.runs)]

@@ -54,11 +54,13 @@ HELLO = {"device": "cpu", "effective_batch": 64, "dataset_size": 1024, "amp_dtyp
 
 @pytest.fixture
 def fake_script(tmp_path: Path):
-    """``fake_script({"trial-id": "crash"})`` -> path of a stand-in training script."""
+    """``fake_script({"trial-id": "crash"})`` -> path of a stand-in training script; keywords
+    are added to its hello event."""
 
-    def make(behaviour: dict[str, str] | None = None, name: str = "train.py") -> Path:
+    def make(behaviour: dict[str, str] | None = None, name: str = "train.py",
+             **hello: object) -> Path:
         path = tmp_path / name
-        path.write_text(FAKE_CHILD.format(behaviour=behaviour or {}, hello=HELLO))
+        path.write_text(FAKE_CHILD.format(behaviour=behaviour or {}, hello={**HELLO, **hello}))
         return path
 
     return make

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import subprocess
 import sys
 from pathlib import Path
@@ -110,6 +111,7 @@ def test_a_normal_plan_runs_every_trial_and_exits_0(tmp_path):
     hello = events[0]
     assert (hello["device"], hello["effective_batch"], hello["dataset_size"]) == ("cpu", 32, 200)
     assert hello["fixed_knobs"] == [] and hello["shuffles"] is True
+    assert hello["malloc_pinned"] is (platform.libc_ver()[0] == "glibc")  # before any trial
     # bfloat16 is offered where the CPU runs it fast, else the hello says why not (measured)
     assert hello["amp_dtypes"] == ["bfloat16"] or (
         hello["amp_dtypes"] == [] and "no fast bfloat16" in hello["fixed_reasons"]["amp_dtype"])

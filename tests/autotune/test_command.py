@@ -56,6 +56,18 @@ def test_json_output_and_settings_file(fake_script, tmp_path):
     assert settings.script == str(script.resolve())
 
 
+@pytest.mark.parametrize("pinned", [True, False])
+def test_the_settings_pin_malloc_as_the_trials_ran(fake_script, tmp_path, pinned):
+    output = tmp_path / "s.json"
+    result = invoke(str(fake_script(malloc_pinned=pinned)), "--budget", "30", "--only",
+                    "threads", "--output", str(output), "--format", "json")
+    assert result.exit_code == 0, result.output
+    assert read(output).knobs.pin_host_malloc is (True if pinned else None)
+    summary = json.loads(result.stdout)
+    assert summary["knobs"]["pin_host_malloc"] == {"default": False, "chosen": pinned}
+    assert summary["settings_knobs"] == read(output).knobs.to_dict()
+
+
 def test_default_output_is_beside_the_script(fake_script):
     script = fake_script()
     result = invoke(str(script), "--budget", "30", "--only", "threads")

@@ -35,7 +35,7 @@ import torch
 from tuneup.autotune import protocol
 from tuneup.files import write_atomic
 from tuneup.machine import probe
-from tuneup.runtime import apply, distributed, hooks
+from tuneup.runtime import apply, distributed, hooks, host_memory
 from tuneup.settings import AMP_DTYPES, Knobs
 
 if TYPE_CHECKING:
@@ -103,6 +103,8 @@ class TrialSession(hooks.Observer):
                   flush=True)
             os._exit(protocol.EXIT_BAD_PLAN)
         self.defaults = apply.process_defaults()
+        # before the first trial: a trial's speed must not depend on what ran before it
+        self.malloc_problem = host_memory.pin_malloc_thresholds()
         self.loop: TunedLoop | None = None
         self.loader: TunedLoader | None = None
         self.pending: TunedLoader | None = None  # the loader whose batch the user holds
@@ -249,6 +251,7 @@ class TrialSession(hooks.Observer):
             "device": loop.device.type, "effective_batch": loader.dataloader.batch_size,
             "dataset_size": _length(loader.dataset), "amp_dtypes": dtypes,
             "compile_available": _compile_available(loop.device),
+            "malloc_pinned": self.malloc_problem is None,
             "cpu_threads": self.defaults.cpu_threads,
             "usable_cores": max(1, _usable_cores() // (distributed.local_world_size()
                                                        if self.plan.ranks > 1 else 1)),

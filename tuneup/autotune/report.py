@@ -81,7 +81,7 @@ class Progress:
 def knob_rows(outcome: Outcome) -> list[tuple[str, Any, Any]]:
     """(knob, PyTorch default, chosen) for every knob; chosen equals default when untouched."""
     rows = []
-    for name, value in outcome.knobs.to_dict().items():
+    for name, value in outcome.settings_knobs.to_dict().items():
         default = default_value(name, outcome.facts)
         rows.append((name, default, default if value is None else value))
     return rows
@@ -106,7 +106,7 @@ def to_json(outcome: Outcome, script: Path, output: Path | None, elapsed_s: floa
         "runner_up": _runner_up_json(outcome.runner_up),
         "knobs": {name: {"default": default, "chosen": chosen}
                   for name, default, chosen in knob_rows(outcome)},
-        "settings_knobs": outcome.knobs.to_dict(),
+        "settings_knobs": outcome.settings_knobs.to_dict(),
         "rejected": [{"trial": r.trial_id, "reason": r.reason} for r in outcome.rejected],
         "notes": outcome.notes,
         "trials": [_trial_json(r) for r in outcome.results],

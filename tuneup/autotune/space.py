@@ -25,6 +25,7 @@ class ScriptFacts:
     dataset_size: int | None = None
     amp_dtypes: tuple[str, ...] = ()
     compile_available: bool = False
+    malloc_pinned: bool = False  # every trial ran with malloc's thresholds pinned
     cpu_threads: int = 1  # torch's default intra-op thread count in the child
     usable_cores: int = 1
     fixed_knobs: tuple[str, ...] = ()  # knobs the tuner must leave alone
@@ -44,6 +45,7 @@ class ScriptFacts:
             dataset_size=_positive_int(event.get("dataset_size")),
             amp_dtypes=tuple(d for d in event.get("amp_dtypes") or () if d in AMP_DTYPES),
             compile_available=bool(event.get("compile_available")),
+            malloc_pinned=event.get("malloc_pinned") is True,
             cpu_threads=_positive_int(event.get("cpu_threads")) or cores,
             usable_cores=cores,
             fixed_knobs=tuple(str(k) for k in event.get("fixed_knobs") or ()),
@@ -134,4 +136,5 @@ def default_value(name: str, hw: ScriptFacts) -> Any:
         "cpu_threads": hw.cpu_threads,
         "cudnn_benchmark": False,
         "float32_matmul_precision": "highest",
+        "pin_host_malloc": False,
     }.get(name)

@@ -61,6 +61,10 @@ class Knobs:
                                          changes_numerics=True)
     float32_matmul_precision: str | None = _knob("matmul", "amp", "highest", 2,
                                                  changes_numerics=True)
+    # glibc malloc's thresholds pinned (tuneup/runtime/host_memory.py): not searched; every
+    # trial runs so, and autotune writes it so the run is what was measured (None: glibc's
+    # own, which move with what the process allocated before)
+    pin_host_malloc: bool | None = _knob("pinned_malloc", "threads", False, 0)
 
     LOADER: ClassVar[tuple[str, ...]] = ("num_workers", "pin_memory", "prefetch_factor",
                                          "persistent_workers")
@@ -102,7 +106,7 @@ class Knobs:
             _check_int(name, getattr(self, name), minimum=0 if name == "num_workers" else 1)
         for name in ("prefetch_factor", "micro_batch_size"):
             _check_int(name, getattr(self, name), minimum=1)
-        for name in ("pin_memory", "persistent_workers", "cudnn_benchmark"):
+        for name in ("pin_memory", "persistent_workers", "cudnn_benchmark", "pin_host_malloc"):
             value = getattr(self, name)
             if value is not None and not isinstance(value, bool):
                 raise SettingsError(f"{name} must be true, false or null, not {value!r}")
