@@ -64,13 +64,13 @@ HELDOUT = ROOT / "scripts" / "heldout"  # shapes the tuner was not developed on
 sys.path[:0] = [str(EXAMPLES), str(HELDOUT)]
 
 from tuneup.autotune.child import SLOW_BFLOAT16, cpu_bfloat16_slowdown  # noqa: E402
-from tuneup.runtime.host_memory import pin_malloc_thresholds  # noqa: E402
+from tuneup.runtime import malloc_thresholds  # noqa: E402
 from tuneup.settings import Knobs, read  # noqa: E402
 
-# Every point runs as tuneup's trials and settings do, malloc's thresholds pinned: glibc's
+# Every point runs as tuneup's trials and settings do, malloc's thresholds fixed: glibc's
 # own move with what ran before in this process, so a point's speed would depend on the
-# points measured before it (tuneup/runtime/host_memory.py).
-MALLOC_PROBLEM = pin_malloc_thresholds()
+# points measured before it (tuneup/runtime/malloc_thresholds.py).
+MALLOC_PROBLEM = malloc_thresholds.fix()
 
 WORKLOADS = ("train_mlp", "train_images")
 HELDOUT_WORKLOADS = ("train_tokens", "train_tabular", "train_audio")
@@ -233,7 +233,8 @@ def bench(name: str, quick: bool, measure_s: float, budget: float, budget_share:
         with tempfile.TemporaryDirectory(prefix="bench-settings-") as folder:
             settings = Path(folder) / f"{name}.json"
             autotune_s, summary = run_autotune(script(name), budget, settings, quick)
-            tuned = read(settings).knobs.replace(pin_host_malloc=None)  # pinned for all
+            # fixed for every point
+            tuned = read(settings).knobs.replace(fixed_malloc_thresholds=None)
         best = remeasure(workload, dataset, batch, measure_s, rounds,
                          {"defaults": Knobs(), "grid-best": grid_best, "tuned": tuned})
         vs_best = paired_ratio(best["tuned"], best["grid-best"])
@@ -279,7 +280,7 @@ def main() -> None:
     if args.rounds < 1 or args.runs < 1:
         parser.error("--rounds and --runs must be at least 1")
     if MALLOC_PROBLEM:
-        print(f"note: malloc's thresholds not pinned ({MALLOC_PROBLEM}): the grid's points "
+        print(f"note: malloc's thresholds not fixed ({MALLOC_PROBLEM}): the grid's points "
               "and tuneup's trials may not measure alike", flush=True)
     results = [run for name in args.workloads.split(",")
                for run in bench(name, args.quick, args.measure_seconds, args.budget,

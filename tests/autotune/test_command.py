@@ -56,15 +56,16 @@ def test_json_output_and_settings_file(fake_script, tmp_path):
     assert settings.script == str(script.resolve())
 
 
-@pytest.mark.parametrize("pinned", [True, False])
-def test_the_settings_pin_malloc_as_the_trials_ran(fake_script, tmp_path, pinned):
+@pytest.mark.parametrize("fixed", [True, False])
+def test_the_settings_keep_what_every_trial_ran_with(fake_script, tmp_path, fixed):
     output = tmp_path / "s.json"
-    result = invoke(str(fake_script(malloc_pinned=pinned)), "--budget", "30", "--only",
+    every_trial = {"fixed_malloc_thresholds": True} if fixed else {}
+    result = invoke(str(fake_script(every_trial=every_trial)), "--budget", "30", "--only",
                     "threads", "--output", str(output), "--format", "json")
     assert result.exit_code == 0, result.output
-    assert read(output).knobs.pin_host_malloc is (True if pinned else None)
+    assert read(output).knobs.fixed_malloc_thresholds is (True if fixed else None)
     summary = json.loads(result.stdout)
-    assert summary["knobs"]["pin_host_malloc"] == {"default": False, "chosen": pinned}
+    assert summary["knobs"]["fixed_malloc_thresholds"] == {"default": False, "chosen": fixed}
     assert summary["settings_knobs"] == read(output).knobs.to_dict()
 
 

@@ -522,6 +522,31 @@ def test_a_deeper_prefetch_inside_the_tie_zone_is_kept_only_when_faster(prefetch
     assert (outcome.knobs.prefetch_factor == 4) == (prefetched < 1)
 
 
+def prefetch_pays_once_compiled(knobs: Knobs) -> dict:
+    """One worker leaves the loop waiting; a deeper prefetch ties eagerly (1 % slower) and
+    gains 2 % once compile has shortened the step, as on train_images (2026-11-26)."""
+    if not knobs.num_workers:
+        return record(0.2, wait=0.6)
+    step = 0.1 * (0.8 if knobs.compile_mode else 1.0)
+    if knobs.prefetch_factor:
+        step *= 0.98 if knobs.compile_mode else 1.01
+    return record(step, 0.5 + (16.0 if knobs.compile_mode else 0.0), wait=0.3)
+
+
+@pytest.mark.parametrize("groups", [{"loader", "compile"}, {"loader"}])
+def test_a_tie_over_a_deeper_prefetch_goes_to_it_while_compile_is_to_come(groups):
+    tuner, recorded = search(prefetch_pays_once_compiled, Options(groups=frozenset(groups)),
+                             budget=240)
+    outcome = tuner.run()
+    assert outcome.knobs.num_workers == 1
+    assert (outcome.knobs.prefetch_factor == 4) == ("compile" in groups)
+    if "compile" in groups:
+        assert outcome.knobs.compile_mode == "default"
+        # taken in the loader stage, before compile: no trial needed after it
+        deeper = [t.knobs for t in recorded.ran if t.knobs.prefetch_factor]
+        assert not deeper[0].compile_mode
+
+
 def test_the_confirmation_doubts_a_change_of_no_weight_last():
     """A deeper prefetch taken on a tie gained least, yet the change worth re-checking is
     the micro-batch chosen before compile (their interaction cost train_images 0.89)."""

@@ -6,6 +6,7 @@ from dataclasses import replace
 
 from tuneup.autotune import space
 from tuneup.autotune.space import ScriptFacts
+from tuneup.settings import Knobs
 
 CPU = ScriptFacts(device="cpu", effective_batch=256, amp_dtypes=("bfloat16",), compile_available=True,
                cpu_threads=2, usable_cores=2)
@@ -22,6 +23,14 @@ def test_from_hello_reads_the_event_and_tolerates_junk():
                           amp_dtypes=("bfloat16",), compile_available=True, cpu_threads=8,
                           usable_cores=8, fixed_knobs=("num_workers",))
     assert ScriptFacts.from_hello({}) == ScriptFacts()
+
+
+def test_what_every_trial_ran_with_goes_into_the_settings():
+    hw = ScriptFacts.from_hello({"every_trial": {"fixed_malloc_thresholds": True}})
+    pick = Knobs(amp_dtype="bfloat16")
+    assert hw.as_run(pick) == pick.replace(fixed_malloc_thresholds=True)
+    for junk in ({"no_such_knob": 1}, {"fixed_malloc_thresholds": "yes"}, [1], "x"):
+        assert ScriptFacts.from_hello({"every_trial": junk}).as_run(pick) == pick
 
 
 def test_amp_only_supported_dtypes_and_never_float16_on_cpu():

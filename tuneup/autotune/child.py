@@ -35,7 +35,7 @@ import torch
 from tuneup.autotune import protocol
 from tuneup.files import write_atomic
 from tuneup.machine import probe
-from tuneup.runtime import apply, distributed, hooks, host_memory
+from tuneup.runtime import apply, distributed, hooks, malloc_thresholds
 from tuneup.settings import AMP_DTYPES, Knobs
 
 if TYPE_CHECKING:
@@ -104,7 +104,7 @@ class TrialSession(hooks.Observer):
             os._exit(protocol.EXIT_BAD_PLAN)
         self.defaults = apply.process_defaults()
         # before the first trial: a trial's speed must not depend on what ran before it
-        self.malloc_problem = host_memory.pin_malloc_thresholds()
+        self.malloc_problem = malloc_thresholds.fix()
         self.loop: TunedLoop | None = None
         self.loader: TunedLoader | None = None
         self.pending: TunedLoader | None = None  # the loader whose batch the user holds
@@ -240,6 +240,8 @@ class TrialSession(hooks.Observer):
         bf16 = loop.device.type != "cuda" or torch.cuda.is_bf16_supported()
         reasons = dict(loader.fixed_reasons)
         dtypes = [d for d in AMP_DTYPES if apply.amp_problem(d, loop.device.type, bf16) is None]
+        if self.malloc_problem is not None:
+            reasons["fixed_malloc_thresholds"] = self.malloc_problem
         if "bfloat16" in dtypes and loop.device.type == "cpu":
             slowdown = cpu_bfloat16_slowdown()
             if slowdown > SLOW_BFLOAT16:
@@ -251,7 +253,7 @@ class TrialSession(hooks.Observer):
             "device": loop.device.type, "effective_batch": loader.dataloader.batch_size,
             "dataset_size": _length(loader.dataset), "amp_dtypes": dtypes,
             "compile_available": _compile_available(loop.device),
-            "malloc_pinned": self.malloc_problem is None,
+            "every_trial": {} if self.malloc_problem else {"fixed_malloc_thresholds": True},
             "cpu_threads": self.defaults.cpu_threads,
             "usable_cores": max(1, _usable_cores() // (distributed.local_world_size()
                                                        if self.plan.ranks > 1 else 1)),

@@ -218,7 +218,7 @@ def settings_for(outcome: Outcome, script: Path, nproc_per_node: int = 1) -> Set
     from tuneup.settings import fingerprint
 
     return Settings(
-        knobs=outcome.settings_knobs,
+        knobs=outcome.file_knobs,
         measured=Measurement(
             baseline_samples_per_s=round(outcome.baseline_samples_per_s, 2),
             tuned_samples_per_s=round(outcome.tuned_samples_per_s, 2),

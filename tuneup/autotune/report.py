@@ -16,6 +16,7 @@ from tuneup.autotune.search import Outcome, describe
 from tuneup.autotune.search.outcome import RunnerUp
 from tuneup.autotune.trials import Trial, TrialResult
 from tuneup.autotune.space import default_value
+from tuneup.settings.schema import knob_facts
 
 
 class Progress:
@@ -81,7 +82,7 @@ class Progress:
 def knob_rows(outcome: Outcome) -> list[tuple[str, Any, Any]]:
     """(knob, PyTorch default, chosen) for every knob; chosen equals default when untouched."""
     rows = []
-    for name, value in outcome.settings_knobs.to_dict().items():
+    for name, value in outcome.file_knobs.to_dict().items():
         default = default_value(name, outcome.facts)
         rows.append((name, default, default if value is None else value))
     return rows
@@ -103,10 +104,10 @@ def to_json(outcome: Outcome, script: Path, output: Path | None, elapsed_s: floa
         "speedup_interval": ([round(v, 3) for v in outcome.speedup_interval]
                              if outcome.speedup_interval else None),
         "confirmed": outcome.confirmed,
-        "runner_up": _runner_up_json(outcome.runner_up),
+        "runner_up": _runner_up_json(outcome),
         "knobs": {name: {"default": default, "chosen": chosen}
                   for name, default, chosen in knob_rows(outcome)},
-        "settings_knobs": outcome.settings_knobs.to_dict(),
+        "settings_knobs": outcome.file_knobs.to_dict(),
         "rejected": [{"trial": r.trial_id, "reason": r.reason} for r in outcome.rejected],
         "notes": outcome.notes,
         "trials": [_trial_json(r) for r in outcome.results],
@@ -115,10 +116,12 @@ def to_json(outcome: Outcome, script: Path, output: Path | None, elapsed_s: floa
     }
 
 
-def _runner_up_json(runner_up: RunnerUp | None) -> dict[str, Any] | None:
+def _runner_up_json(outcome: Outcome) -> dict[str, Any] | None:
+    runner_up = outcome.runner_up
     if runner_up is None:
         return None
-    return {"label": describe(runner_up.knobs), "settings_knobs": runner_up.knobs.to_dict(),
+    return {"label": describe(runner_up.knobs),
+            "settings_knobs": outcome.facts.as_run(runner_up.knobs).to_dict(),
             "relative_speed": round(runner_up.relative_speed, 3),
             "confidence": round(runner_up.confidence, 3)}
 
@@ -152,7 +155,9 @@ def print_table(console: Console, outcome: Outcome, output: Path | None, elapsed
     table.add_column("default")
     table.add_column("chosen")
     for name, default, chosen in knob_rows(outcome):
-        style = "bold green" if chosen != default else ""
+        # a knob no stage searches (every trial ran with it) is set, not a tuned change
+        searched = knob_facts(name).group is not None
+        style = "bold green" if chosen != default and searched else ""
         table.add_row(name, _show(default), Text(_show(chosen), style=style))
     console.print(table)
     hw = outcome.facts

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from tuneup.settings import AMP_DTYPES
+from tuneup.settings import AMP_DTYPES, Knobs, SettingsError
 
 # Names accepted by --only / --skip, in the order a compute-bound search visits them.
 GROUPS = ("amp", "batch", "loader", "threads", "compile")
@@ -25,7 +25,7 @@ class ScriptFacts:
     dataset_size: int | None = None
     amp_dtypes: tuple[str, ...] = ()
     compile_available: bool = False
-    malloc_pinned: bool = False  # every trial ran with malloc's thresholds pinned
+    every_trial: Knobs = Knobs()  # knobs of no search the child set before its first trial
     cpu_threads: int = 1  # torch's default intra-op thread count in the child
     usable_cores: int = 1
     fixed_knobs: tuple[str, ...] = ()  # knobs the tuner must leave alone
@@ -45,7 +45,7 @@ class ScriptFacts:
             dataset_size=_positive_int(event.get("dataset_size")),
             amp_dtypes=tuple(d for d in event.get("amp_dtypes") or () if d in AMP_DTYPES),
             compile_available=bool(event.get("compile_available")),
-            malloc_pinned=event.get("malloc_pinned") is True,
+            every_trial=_knobs_or_none(event.get("every_trial")),
             cpu_threads=_positive_int(event.get("cpu_threads")) or cores,
             usable_cores=cores,
             fixed_knobs=tuple(str(k) for k in event.get("fixed_knobs") or ()),
@@ -61,6 +61,19 @@ class ScriptFacts:
     @property
     def on_cuda(self) -> bool:
         return self.device == "cuda"
+
+    def as_run(self, knobs: Knobs) -> Knobs:
+        """``knobs`` as the trials ran them: with what every trial had (a settings file of
+        them makes the run what was measured)."""
+        return knobs.replace(**self.every_trial.changed())
+
+
+def _knobs_or_none(value: Any) -> Knobs:
+    """Knobs from a hello field; an odd one reads as none (the trials still ran)."""
+    try:
+        return Knobs.from_dict(value) if value else Knobs()
+    except (SettingsError, TypeError):
+        return Knobs()
 
 
 def _positive_int(value: Any) -> int | None:
@@ -136,5 +149,5 @@ def default_value(name: str, hw: ScriptFacts) -> Any:
         "cpu_threads": hw.cpu_threads,
         "cudnn_benchmark": False,
         "float32_matmul_precision": "highest",
-        "pin_host_malloc": False,
+        "fixed_malloc_thresholds": False,
     }.get(name)

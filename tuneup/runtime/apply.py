@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from tuneup.runtime import distributed, host_memory
+from tuneup.runtime import distributed, malloc_thresholds
 from tuneup.settings import Knobs, Settings, SettingsError, store
 
 _cache: dict[tuple, Knobs] = {}
@@ -183,11 +183,11 @@ def compile_model(model: torch.nn.Module, mode: str, strict: bool) -> torch.nn.M
 
 def apply_process_knobs(knobs: Knobs) -> None:
     """Set the process-wide switches that are not None: threads, cuDNN autotuner, matmul,
-    malloc's thresholds (pinned only: glibc's own cannot be restored in a process)."""
-    if knobs.pin_host_malloc:
-        problem = host_memory.pin_malloc_thresholds()
+    malloc's thresholds (fixed only: glibc's own cannot be restored in a process)."""
+    if knobs.fixed_malloc_thresholds:
+        problem = malloc_thresholds.fix()
         if problem is not None:
-            store.warn(f"pin_host_malloc ignored: {problem}")
+            store.warn(f"fixed_malloc_thresholds ignored: {problem}")
     if knobs.cpu_threads is not None:
         torch.set_num_threads(knobs.cpu_threads)
     if knobs.cudnn_benchmark is not None:

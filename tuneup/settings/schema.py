@@ -25,7 +25,7 @@ class KnobFacts:
     """What tuneup knows about one knob, declared once on its field."""
 
     label: str  # short name in reports and trial ids: "workers=2"
-    group: str  # the autotune group that tunes it (--only / --skip)
+    group: str | None  # the autotune group that tunes it (--only / --skip); None: not searched
     pytorch_default: Any  # what PyTorch does when the knob is None
     complexity: int  # weight in "simpler": fewer and lighter changes win ties
     safe_across_machines: bool = False  # may apply on another machine (settings fingerprint)
@@ -33,7 +33,8 @@ class KnobFacts:
     changes_data_order: bool = False  # may change the order the samples arrive in
 
 
-def _knob(label: str, group: str, pytorch_default: Any, complexity: int, **facts: bool) -> Any:
+def _knob(label: str, group: str | None, pytorch_default: Any, complexity: int,
+          **facts: bool) -> Any:
     return field(default=None, metadata={"facts": KnobFacts(label, group, pytorch_default,
                                                             complexity, **facts)})
 
@@ -61,10 +62,10 @@ class Knobs:
                                          changes_numerics=True)
     float32_matmul_precision: str | None = _knob("matmul", "amp", "highest", 2,
                                                  changes_numerics=True)
-    # glibc malloc's thresholds pinned (tuneup/runtime/host_memory.py): not searched; every
-    # trial runs so, and autotune writes it so the run is what was measured (None: glibc's
-    # own, which move with what the process allocated before)
-    pin_host_malloc: bool | None = _knob("pinned_malloc", "threads", False, 0)
+    # glibc malloc's thresholds fixed (tuneup/runtime/malloc_thresholds.py); None: glibc's
+    # own, which move with what the process allocated before. Not searched: every trial
+    # runs with it, and autotune writes it so the run is what was measured
+    fixed_malloc_thresholds: bool | None = _knob("fixed_malloc", None, False, 0)
 
     LOADER: ClassVar[tuple[str, ...]] = ("num_workers", "pin_memory", "prefetch_factor",
                                          "persistent_workers")
@@ -106,7 +107,8 @@ class Knobs:
             _check_int(name, getattr(self, name), minimum=0 if name == "num_workers" else 1)
         for name in ("prefetch_factor", "micro_batch_size"):
             _check_int(name, getattr(self, name), minimum=1)
-        for name in ("pin_memory", "persistent_workers", "cudnn_benchmark", "pin_host_malloc"):
+        for name in ("pin_memory", "persistent_workers", "cudnn_benchmark",
+                     "fixed_malloc_thresholds"):
             value = getattr(self, name)
             if value is not None and not isinstance(value, bool):
                 raise SettingsError(f"{name} must be true, false or null, not {value!r}")

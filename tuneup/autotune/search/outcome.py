@@ -55,11 +55,9 @@ class Outcome:
     baseline_knobs: Knobs = field(default_factory=Knobs)
 
     @property
-    def settings_knobs(self) -> Knobs:
-        """What the settings file holds: the pick, with malloc's thresholds pinned when
-        every trial ran so (the run must be what was measured; see host_memory)."""
-        return self.knobs.replace(pin_host_malloc=True) if self.facts.malloc_pinned \
-            else self.knobs
+    def file_knobs(self) -> Knobs:
+        """What the settings file holds: the pick as the trials ran it."""
+        return self.facts.as_run(self.knobs)
 
     @property
     def speedup(self) -> float:
