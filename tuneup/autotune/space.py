@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tuneup.settings import AMP_DTYPES, Knobs, SettingsError
+from tuneup.settings.schema import knob_facts
 
 # Names accepted by --only / --skip, in the order a compute-bound search visits them.
 GROUPS = ("amp", "batch", "loader", "threads", "compile")
@@ -45,7 +46,7 @@ class ScriptFacts:
             dataset_size=_positive_int(event.get("dataset_size")),
             amp_dtypes=tuple(d for d in event.get("amp_dtypes") or () if d in AMP_DTYPES),
             compile_available=bool(event.get("compile_available")),
-            every_trial=_knobs_or_none(event.get("every_trial")),
+            every_trial=_knobs_or_empty(event.get("every_trial")),
             cpu_threads=_positive_int(event.get("cpu_threads")) or cores,
             usable_cores=cores,
             fixed_knobs=tuple(str(k) for k in event.get("fixed_knobs") or ()),
@@ -68,7 +69,7 @@ class ScriptFacts:
         return knobs.replace(**self.every_trial.changed())
 
 
-def _knobs_or_none(value: Any) -> Knobs:
+def _knobs_or_empty(value: Any) -> Knobs:
     """Knobs from a hello field; an odd one reads as none (the trials still ran)."""
     try:
         return Knobs.from_dict(value) if value else Knobs()
@@ -137,17 +138,14 @@ def compile_modes(hw: ScriptFacts) -> list[str]:
 
 
 def default_value(name: str, hw: ScriptFacts) -> Any:
-    """What PyTorch does when a knob is left at ``None`` (for the report)."""
-    return {
-        "num_workers": 0,
-        "pin_memory": False,
-        "prefetch_factor": None,
-        "persistent_workers": False,
+    """What PyTorch does when a knob is left at ``None`` (for the report): this machine's or
+    this script's value, or a name, where the knob's declared default says ``None``; the
+    declared default otherwise."""
+    shown = {
+        "prefetch_factor": None,  # only with workers
         "micro_batch_size": hw.effective_batch,
         "amp_dtype": "float32",
         "compile_mode": "eager",
         "cpu_threads": hw.cpu_threads,
-        "cudnn_benchmark": False,
-        "float32_matmul_precision": "highest",
-        "fixed_malloc_thresholds": False,
-    }.get(name)
+    }
+    return shown[name] if name in shown else knob_facts(name).pytorch_default

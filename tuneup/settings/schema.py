@@ -48,7 +48,7 @@ class Knobs:
     pin_memory: bool | None = _knob("pin_memory", "loader", False, 1, safe_across_machines=True)
     # a deeper prefetch costs host (shared) memory for 2 more batches per worker and changes
     # neither what the model computes nor the samples' order: no heavier than the default,
-    # so a tie over it is decided by speed (docs/autotune.md, The method)
+    # so a tie over it is not decided by weight (docs/autotune.md, The method)
     prefetch_factor: int | None = _knob("prefetch", "loader", 2, 0)
     # PyTorch's seeded shuffle order changes from the second epoch on with persistent workers
     persistent_workers: bool | None = _knob("persistent", "loader", False, 1,

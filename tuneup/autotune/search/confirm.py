@@ -388,7 +388,7 @@ def simpler_alternative(search: Search) -> Knobs | None:
     doubtful = [c for i, c in enumerate(changes) if c.stage != "compile"
                 and (c.gain < 2 * search.options.min_gain + 0.05 or i > compiled_at
                      or _interacts_later(c, changes[i + 1:]))]
-    # a change of no weight (a deeper prefetch, taken on a tie by speed) is doubted last
+    # a change of no weight (a deeper prefetch, kept faster or on a tie) is doubted last
     return _undo(search, min(doubtful, key=lambda c: (weightless_change(c.before, c.after),
                                                       c.gain))) if doubtful else None
 

@@ -14,7 +14,7 @@ def describe(knobs: Knobs) -> str:
 
 def complexity(knobs: Knobs) -> int:
     """Weight of the changes in ``knobs``: fewer and lighter changes win ties (a change of
-    no weight, a deeper prefetch, is decided by speed)."""
+    no weight, a deeper prefetch, is not decided by weight: docs/autotune.md, The method)."""
     return sum(knob_facts(name).complexity for name in knobs.changed())
 
 
