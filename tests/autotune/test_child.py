@@ -11,6 +11,7 @@ import os
 import platform
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -293,3 +294,71 @@ def test_bfloat16_is_called_slow_only_when_every_round_says_so():
     emulated = iter([61.0, 59.0, 64.0, 60.0, 62.0, 1.0])
     assert least_slowdown(lambda: next(emulated)) == 59.0 > SLOW_BFLOAT16
     assert next(emulated) == 1.0  # five rounds at most
+
+
+def _events(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def _wait_for(path: Path, event: str, timeout: float = 60.0) -> list[dict]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        events = _events(path)
+        if any(e["event"] == event for e in events):
+            return events
+        time.sleep(0.05)
+    raise AssertionError(f"no {event} in {path.name}: {_events(path)}")
+
+
+def test_a_child_that_finished_its_plan_runs_the_next_in_the_same_process(tmp_path):
+    """The search's next comparison pays no second start-up: after its last trial the
+    child waits for the plan at ``next_plan``; its trials start from the same reference
+    state (the same check losses as in the first plan); a plan without trials pauses, and
+    a plan written while trials still run ends them at the next step."""
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    window = {"warmup_steps": 1, "measure_steps": 2, "min_measure_seconds": 0.0,
+              "max_measure_steps": 4, "check_steps": 2}
+
+    def plan(n: int, trials: list[dict], last: bool = False) -> Path:
+        path = tmp_path / f"plan-{n}.json"
+        data = {"protocol": 1, "results": str(tmp_path / f"results-{n}.jsonl"), "trials": trials,
+                "reference": str(tmp_path / "reference.pt"), "parent_pid": os.getpid(), **window}
+        if not last:
+            data["next_plan"] = str(tmp_path / f"plan-{n + 1}.json")
+        temporary = path.with_suffix(".tmp")
+        temporary.write_text(json.dumps(data))
+        temporary.rename(path)
+        return tmp_path / f"results-{n}.jsonl"
+
+    baseline = {"id": "baseline", "knobs": {}, "check": True}
+    first = plan(1, [baseline])
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("TUNEUP_")}
+    environment.update(TUNEUP_PROBE=str(tmp_path / "plan-1.json"), OMP_NUM_THREADS="1",
+                       TUNEUP_OBSERVERS="tuneup.autotune.child:install")
+    process = subprocess.Popen([sys.executable, str(script)], env=environment, cwd=tmp_path,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        events = _wait_for(first, "done")
+        assert events[0]["waits_for_next_plan"] is True
+        time.sleep(0.5)
+        assert process.poll() is None  # idle, waiting
+        slow = {"id": "slow", "knobs": {}, "check": False}
+        second = plan(2, [{**baseline, "id": "again"}] + [dict(slow, id=f"slow {i}")
+                                                          for i in range(200)])
+        events = _wait_for(second, "trial_end")
+        assert events[0]["event"] == "trial_start"  # no second hello: the same process
+        plan(3, [])  # stops plan 2 early: a pause
+        paused = len(ends(_events(second)))
+        assert paused < 201
+        last = plan(4, [{**baseline, "id": "last"}], last=True)
+        stdout, stderr = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == 0, stderr
+    assert "script ended" not in stdout
+    assert len(ends(_events(second))) <= paused + 1  # at most the trial running at the pause
+    checks = [ends(_events(path))[name]["check_losses"]
+              for path, name in ((first, "baseline"), (second, "again"), (last, "last"))]
+    assert checks[0] == checks[1] == checks[2] and len(checks[0]) == 2
+    assert [e["event"] for e in _events(last)] == ["trial_start", "trial_end", "done"]

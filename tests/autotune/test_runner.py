@@ -81,6 +81,52 @@ def test_early_stop_skips_the_rest(fake_script):
     assert statuses(results) == {"a": "ok", "b": "skipped", "c": "skipped"}
 
 
+def test_a_child_that_waits_runs_every_plan_in_one_process(fake_script):
+    """A child whose hello says it waits for a next plan goes on with the next run's plan,
+    after its last trial and after an early stop (the stop pauses it); the budget then
+    prices no start-up for the next plan."""
+    with Runner(fake_script(waits_for_next_plan=True)) as runner:
+        assert statuses(runner.run(trials("a", "b"))) == {"a": "ok", "b": "ok"}
+        assert runner.live_process()
+        results = runner.run(trials("c", "d", "e"), stop=lambda r: r.trial.id == "c")
+        assert statuses(results) == {"c": "ok", "d": "skipped", "e": "skipped"}
+        assert runner.live_process()
+        assert statuses(runner.run(trials("f"))) == {"f": "ok"}
+        assert runner.processes_started == 1
+    assert not runner.live_process()
+
+
+def test_a_failure_ends_the_live_process_and_the_next_plan_starts_a_fresh_one(fake_script):
+    with Runner(fake_script({"b": "error"}, waits_for_next_plan=True)) as runner:
+        assert statuses(runner.run(trials("a", "b"))) == {"a": "ok", "b": "error"}
+        assert not runner.live_process()
+        assert statuses(runner.run(trials("c"))) == {"c": "ok"}
+        assert runner.processes_started == 2 and runner.live_process()
+
+
+def test_a_child_that_does_not_wait_gets_a_process_per_plan(fake_script):
+    with Runner(fake_script()) as runner:
+        runner.run(trials("a"))
+        assert not runner.live_process()
+        runner.run(trials("b"))
+    assert runner.processes_started == 2
+
+
+def test_an_early_stop_before_a_first_compile_kills_rather_than_pauses(fake_script):
+    """The child drops a stopped trial only at its next step's end: a step compiling new
+    graphs can outlast a start-up, so that process is killed instead."""
+    plan = [Trial("eager", Knobs()), Trial("compiled", Knobs(compile_mode="default"))]
+    with Runner(fake_script(waits_for_next_plan=True)) as runner:
+        results = runner.run(plan, stop=lambda r: True)
+        assert statuses(results) == {"eager": "ok", "compiled": "skipped"}
+        assert not runner.live_process()
+        # the same graphs with other loader knobs: the dynamo cache holds them, no compile
+        again = [Trial("compiled #2", Knobs(compile_mode="default")),
+                 Trial("compiled, workers=1", Knobs(compile_mode="default", num_workers=1))]
+        runner.run(again, stop=lambda r: True)
+        assert runner.live_process()
+
+
 def test_budget_ends_the_run(fake_script):
     with Runner(fake_script({"a": "hang"}), deadline=time.monotonic() + 2, timeout=60) as runner:
         results = runner.run(trials("a", "b"))

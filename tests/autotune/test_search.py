@@ -35,8 +35,9 @@ class Recorded:
 
     def __init__(self, timing: Callable[[Knobs], dict], facts: ScriptFacts = CPU,
                  budget: float = 300.0, startup_s: float = 2.0,
-                 warm_compile_share: float = 0.15) -> None:
+                 warm_compile_share: float = 0.15, reuse: bool = False) -> None:
         self.timing = timing
+        self.reuse = reuse  # one process goes on from plan to plan, as the runner's
         self.facts = facts
         self.startup_s = startup_s
         self.budget = budget
@@ -45,9 +46,13 @@ class Recorded:
         self.ran: list[Trial] = []
         self.plans: list[list[str]] = []
         self.cache: set[Knobs] = set()  # compiled knobs in the run's inductor cache
+        self.compiled: Knobs | None = None  # the knobs the live process holds graphs for
 
     def time_left(self) -> float:
         return self.budget - self.clock
+
+    def live_process(self) -> bool:
+        return self.reuse and bool(self.plans)
 
     def run(self, trials, stop=None):
         """One process: as the child, it keeps the graphs of the compiled knobs it ran last,
@@ -55,10 +60,11 @@ class Recorded:
         compiled in an earlier process compile from the run's cache in
         ``warm_compile_share`` of the time (1.4 s of 11.4 s measured on
         docs/examples/train_images.py)."""
-        self.clock += self.startup_s
+        if not self.live_process():
+            self.clock += self.startup_s
+            self.compiled = None
         self.plans.append([t.id for t in trials])
         results = []
-        compiled = None
         for trial in trials:
             if results and stop and stop(results[-1]):
                 results.append(TrialResult(trial, "skipped"))
@@ -67,12 +73,12 @@ class Recorded:
             if trial.knobs.compile_mode:
                 eager = self.timing(replace(trial.knobs, compile_mode=None))["warmup_s"]
                 graphs = trial.knobs.without_loader()  # loader knobs share the graphs
-                if graphs == compiled:
+                if graphs == self.compiled:
                     data = {**data, "warmup_s": eager}
                 elif graphs in self.cache:
                     share = self.warm_compile_share
                     data = {**data, "warmup_s": eager + share * (data["warmup_s"] - eager)}
-                compiled = graphs
+                self.compiled = graphs
                 self.cache.add(graphs)
             if not trial.check:
                 data = {**data, "check_losses": None}

@@ -95,13 +95,10 @@ class TrialSession(hooks.Observer):
         self.plan = plan
         self.rank = protocol.rank_of(os.environ) if plan.ranks > 1 else 0
         self.direct_parent = os.getppid()
-        try:
-            self.out = open(protocol.for_rank(plan.results, self.rank), "a",  # noqa: SIM115
-                            encoding="utf-8")  # process-long
-        except OSError as exc:
-            print(f"tuneup: cannot write probe results: {apply.one_line(exc)}", file=sys.stderr,
-                  flush=True)
-            os._exit(protocol.EXIT_BAD_PLAN)
+        # ranks would have to switch plans at the same step: under torchrun each plan is a
+        # process of its own
+        self.waits_for_plans = plan.next_plan is not None and plan.ranks == 1
+        self.out = self._open_results()
         self.defaults = apply.process_defaults()
         # before the first trial: a trial's speed must not depend on what ran before it
         self.malloc_problem = malloc_thresholds.fix()
@@ -229,11 +226,22 @@ class TrialSession(hooks.Observer):
         self.started = True
         self.phase = "warmup"
         self._hello()
+        if self.plan.trials or self.waits_for_plans:
+            self._load_reference()
         if not self.plan.trials:
-            self.emit({"event": protocol.EVENT_DONE})
-            self._exit(protocol.EXIT_DONE)
-        self._load_reference()
+            self._plan_done()
+            return
         self._start_trial()
+
+    def _open_results(self) -> io.TextIOWrapper:
+        """The current plan's results file, kept open until the next plan's."""
+        try:
+            return open(protocol.for_rank(self.plan.results, self.rank), "a",  # noqa: SIM115
+                        encoding="utf-8")
+        except OSError as exc:
+            print(f"tuneup: cannot write probe results: {apply.one_line(exc)}", file=sys.stderr,
+                  flush=True)
+            os._exit(protocol.EXIT_BAD_PLAN)
 
     def _hello(self) -> None:
         loop, loader = self.loop, self.loader
@@ -261,6 +269,7 @@ class TrialSession(hooks.Observer):
             "fixed_knobs": sorted(loader.fixed_reasons),
             "fixed_reasons": reasons,
             "shuffles": loader.shuffles,
+            "waits_for_next_plan": self.waits_for_plans,
         })
 
     def _load_reference(self) -> None:
@@ -341,7 +350,9 @@ class TrialSession(hooks.Observer):
             self._exit(protocol.EXIT_TRIAL_FAILED)
         if self.loop.device.type == "cpu":
             self.peak_rss = max(self.peak_rss, self.process.memory_info().rss)
-        if self.phase == "warmup":
+        if self.waits_for_plans and self.plan.next_plan.exists():
+            self._next_plan()  # the parent stopped this plan early: the trial is dropped
+        elif self.phase == "warmup":
             if self.warmup_s is None:
                 self.warmup_s = now - self.trial_started
             if self.steps >= self.plan.warmup_steps:
@@ -424,8 +435,40 @@ class TrialSession(hooks.Observer):
         self.trial_running = False
         self.index += 1
         if self.index >= len(self.plan.trials):
-            self.emit({"event": protocol.EVENT_DONE})
+            self._plan_done()
+            return
+        self._start_trial()
+
+    def _plan_done(self) -> None:
+        self.emit({"event": protocol.EVENT_DONE})
+        if not self.waits_for_plans:
             self._exit(protocol.EXIT_DONE)
+        self._next_plan()
+
+    def _next_plan(self) -> None:
+        """Wait for the parent's next plan and run it in this process: the search's next
+        comparison pays no second start-up (3.8 s of a 120 s budget a process on
+        docs/examples/train_images.py). A plan without trials pauses: the child then waits
+        for the file that plan names. The user's loop waits inside its ``next(loader)``."""
+        self.trial_running = False
+        while True:
+            path = self.plan.next_plan
+            while not path.exists():
+                if self.plan.parent_pid is not None and _parent_gone(self.plan.parent_pid,
+                                                                     self.direct_parent):
+                    self.exit_reason = "parent-died"
+                    self._exit(protocol.EXIT_TRIAL_FAILED)
+                time.sleep(PLAN_POLL_S)
+            self.plan = read_plan(path)
+            self.out.close()
+            self.out = self._open_results()
+            self.waits_for_plans = self.plan.next_plan is not None
+            if self.plan.trials or not self.waits_for_plans:
+                break
+        if not self.plan.trials:
+            self._plan_done()
+            return
+        self.index = 0
         self._start_trial()
 
     # -- ending --------------------------------------------------------------------------
@@ -493,6 +536,7 @@ class TrialSession(hooks.Observer):
 
 
 _END = object()
+PLAN_POLL_S = 0.01  # how often an idle child looks for its next plan
 SLOW_BFLOAT16 = 3.0  # bfloat16 this many times slower than float32: not worth a trial
 
 

@@ -47,6 +47,10 @@ class Plan:
     reference: Path | None = None  # prefix of the reference files; default beside results
     parent_pid: int | None = None  # the child ends when its parent is gone
     ranks: int = 1  # local ranks under torchrun; 1: one process, whatever RANK says
+    # where the parent writes this process's next plan: after its last trial the child waits
+    # for that file instead of exiting, and a file there before then ends this plan at the
+    # next step (one with no trials pauses: the child waits for the file its plan names)
+    next_plan: Path | None = None
 
     def reference_paths(self, rank: int = 0) -> tuple[Path, Path]:
         """(state file, check-batches file) shared by every process of one run; each rank
@@ -61,6 +65,8 @@ class Plan:
                 "parent_pid": self.parent_pid, "ranks": self.ranks}
         if self.reference is not None:
             data["reference"] = str(self.reference)
+        if self.next_plan is not None:
+            data["next_plan"] = str(self.next_plan)
         return json.dumps(data, indent=1)
 
 
@@ -121,4 +127,5 @@ def read_plan(path: Path) -> Plan:
         reference=Path(data["reference"]) if data.get("reference") else None,
         parent_pid=int(parent) if isinstance(parent, int) and not isinstance(parent, bool) else None,
         ranks=max(1, ranks) if isinstance(ranks, int) and not isinstance(ranks, bool) else 1,
+        next_plan=Path(data["next_plan"]) if isinstance(data.get("next_plan"), str) else None,
     )

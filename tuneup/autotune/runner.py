@@ -30,6 +30,7 @@ from tuneup.autotune.ranks import RankEvents, died_silently
 from tuneup.autotune.space import ScriptFacts
 from tuneup.autotune.trials import Trial, TrialResult
 from tuneup.errors import ScriptError
+from tuneup.files import write_atomic
 from tuneup.runtime.hooks import ENV_OBSERVERS
 
 if TYPE_CHECKING:
@@ -94,9 +95,16 @@ class _Process:
     files: list[_EventFile]  # one per rank
     stderr: Path
     started: float
+    next_plan: Path | None = None  # where this process looks for its next plan
+    said_hello: bool = False
+    waits: bool = False  # its hello said it waits for a next plan after its last trial
 
     def __post_init__(self) -> None:
         self.ranks = RankEvents(len(self.files)) if len(self.files) > 1 else None
+
+    def reusable(self) -> bool:
+        """It waits for a next plan, and runs."""
+        return self.waits and self.next_plan is not None and self.popen.poll() is None
 
     def new_events(self) -> list[dict[str, Any]]:
         """The events written since the last call, as one process would have written them."""
@@ -201,6 +209,7 @@ class Runner:
         self.facts: ScriptFacts | None = None
         self.startup_s: float | None = None  # process start -> first trial_start, measured
         self.processes_started = 0
+        self.plans_written = 0
         sweep_stale_workdirs()
         self._workdir = Path(tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-"))
         self._process: _Process | None = None
@@ -208,6 +217,11 @@ class Runner:
 
     def time_left(self) -> float:
         return self.deadline - time.monotonic()
+
+    def live_process(self) -> bool:
+        """Whether the next :meth:`run` goes on in a process already started (no start-up
+        to pay): one that finished its plan, or was paused by an early stop, and waits."""
+        return self._process is not None and self._process.reusable()
 
     def close(self) -> None:
         """Kill a running child (Ctrl-C, errors) and remove the work files."""
@@ -254,20 +268,53 @@ class Runner:
             results[trial.id] = TrialResult(trial, BUDGET, message="budget exhausted")
         return [results[t.id] for t in trials]
 
-    def _start(self, trials: list[Trial]) -> _Process:
-        self.processes_started += 1
-        n = self.processes_started
+    def _write_plan(self, trials: list[Trial], path: Path | None = None
+                    ) -> tuple[Path, list[_EventFile], Path | None]:
+        """Write a plan of ``trials`` (to ``path``, default a new file) atomically: its
+        results files, read from the start, and where its process's next plan goes (none
+        under torchrun, whose ranks would have to switch plans at the same step)."""
+        self.plans_written += 1
+        n = self.plans_written
         results = self._workdir / f"results-{n}.jsonl"
-        plan_path = self._workdir / f"plan-{n}.json"
+        next_plan = self._workdir / f"next-{n}.json" if self.nproc_per_node == 1 else None
         plan = protocol.Plan(results=results, trials=[t.plan_entry() for t in trials],
                              reference=self._workdir / "reference.pt", parent_pid=os.getpid(),
-                             ranks=self.nproc_per_node,
+                             ranks=self.nproc_per_node, next_plan=next_plan,
                              **self.window)
-        plan_path.write_text(plan.to_json(), encoding="utf-8")
         files = [_EventFile(protocol.for_rank(results, rank))
                  for rank in range(self.nproc_per_node)]
         for file in files:
             file.path.touch()
+        path = path or self._workdir / f"plan-{n}.json"
+        write_atomic(path, plan.to_json(), durable=False)
+        return path, files, next_plan
+
+    def _continue(self, trials: list[Trial]) -> _Process | None:
+        """The live process, given ``trials`` as its next plan; None when there is none."""
+        process = self._process
+        if process is None or not process.reusable():
+            return None
+        _, process.files, process.next_plan = self._write_plan(trials, process.next_plan)
+        return process
+
+    def _pause(self, process: _Process, running: Trial | None, finished: list[TrialResult]
+               ) -> bool:
+        """After an early stop, pause the process (a plan without trials: it drops the
+        trial it started at the end of that trial's current step) rather than kill it;
+        not while that step compiles new graphs, which can take longer than a start-up."""
+        if not process.reusable():
+            return False
+        last = finished[-1].trial.knobs if finished else None
+        if running is not None and running.knobs.compile_mode and (
+                last is None or running.knobs.without_loader() != last.without_loader()):
+            return False
+        _, process.files, process.next_plan = self._write_plan([], process.next_plan)
+        return True
+
+    def _start(self, trials: list[Trial]) -> _Process:
+        self.processes_started += 1
+        n = self.processes_started
+        plan_path, files, next_plan = self._write_plan(trials)
         stderr = self._workdir / f"stderr-{n}.txt"
         scratch = self._workdir / "tmp"  # the child's TMPDIR: removed with the work directory
         scratch.mkdir(exist_ok=True)
@@ -280,7 +327,7 @@ class Runner:
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
                 env=env, start_new_session=True,
             )
-        return _Process(popen, files, stderr, time.monotonic())
+        return _Process(popen, files, stderr, time.monotonic(), next_plan)
 
     def _launcher(self) -> list[str]:
         """The interpreter, or torchrun with the local ranks on a free port of this host,
@@ -311,12 +358,14 @@ class Runner:
 
     def _run_process(self, pending: list[Trial], stop: Callable[[TrialResult], bool] | None
                      ) -> tuple[list[TrialResult], bool]:
-        """One child process over ``pending``; returns (finished results, early-stopped)."""
+        """One child process over ``pending``: the live one when there is one, else a new
+        one; returns (finished results, early-stopped). A process that finished the plan, or
+        was paused after an early stop, is kept for the next plan; any other is killed."""
         by_id = {t.id: t for t in pending}
-        process = self._process = self._start(pending)
+        process = self._process = self._continue(pending) or self._start(pending)
         finished: list[TrialResult] = []
         current: Trial | None = None
-        said_hello = False
+        keep = False
         exit_message = ""  # the child's own account of an exit outside a trial
         script_ended = False  # the script's own loop finished: restart, nothing failed
         last_event = last_memory_check = time.monotonic()
@@ -327,7 +376,8 @@ class Runner:
                     last_event = time.monotonic()
                     kind = event.get("event")
                     if kind == "hello":
-                        said_hello = True
+                        process.said_hello = True
+                        process.waits = event.get("waits_for_next_plan") is True
                         if self.facts is None:
                             self.facts = ScriptFacts.from_hello(event)
                     elif kind == "trial_start" and event.get("id") in by_id:
@@ -348,21 +398,26 @@ class Runner:
                         if self.on_trial_end:
                             self.on_trial_end(result)
                         if stop is not None and stop(result) and len(finished) < len(pending):
+                            keep = self._pause(process, pending[len(finished)], finished)
                             return finished, True
+                    elif kind == protocol.EVENT_DONE and process.reusable():
+                        keep = True
+                        return finished, False
                 if exited:
                     break
                 now = time.monotonic()
-                failure = self._watchdog(process, current, pending, finished, said_hello,
-                                         now - last_event, now - last_memory_check)
+                failure = self._watchdog(process, current, pending, finished,
+                                         process.said_hello, now - last_event,
+                                         now - last_memory_check)
                 if now - last_memory_check >= MEMORY_POLL_S:
                     last_memory_check = now
                 if failure is not None:
                     process.kill()
-                    if not said_hello and self.facts is None and failure.status == HANG:
+                    if not process.said_hello and self.facts is None and failure.status == HANG:
                         raise ScriptError(self._never_called_message(process, failure.message))
                     return finished + [failure], False
                 time.sleep(POLL_S)
-            if not said_hello:
+            if not process.said_hello:
                 if self.facts is None:
                     raise ScriptError(self._never_called_message(process, exit_message))
                 return [self._crash(pending[0], process, exit_message)], False
@@ -374,8 +429,9 @@ class Runner:
             self._name_first_failure(finished, process)
             return finished, False
         finally:
-            process.kill()
-            self._process = None
+            if not keep:
+                process.kill()
+                self._process = None
 
     def _watchdog(self, process: _Process, current: Trial | None, pending: list[Trial],
                   finished: list[TrialResult], said_hello: bool, quiet_s: float,

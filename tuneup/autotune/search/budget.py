@@ -30,6 +30,8 @@ class Executor(Protocol):
 
     def time_left(self) -> float: ...
 
+    def live_process(self) -> bool: ...
+
 
 class Budget:
     """Time estimates from what has been measured so far.
@@ -67,6 +69,10 @@ class Budget:
         return seconds + (600.0 if trial.knobs.compile_mode else 0.0)
 
     def startup_seconds(self) -> float:
+        """What the next process costs before its first trial: nothing while the last one
+        lives on and waits for its next plan."""
+        if self.executor.live_process():
+            return 0.0
         return self.executor.startup_s or DEFAULT_STARTUP_S
 
     def compile_seconds(self) -> float:

@@ -11,8 +11,8 @@ from tuneup.autotune.search.confirm import confirm
 from tuneup.autotune.search.judge import Judge, Options, Rejection
 from tuneup.autotune.search.labels import complexity, consistent, describe
 from tuneup.autotune.search.outcome import Change, Outcome
-from tuneup.autotune.search.stages import (STAGES, CompileRace, measure_baseline,
-                                           prefetch_to_try)
+from tuneup.autotune.search.stages import (LOW_IMPACT_ROUNDS, STAGES, CompileRace,
+                                           measure_baseline, prefetch_to_try)
 from tuneup.autotune.search.verdict import (interval_gain, is_look, paired_reason, verdict,
                                             window_noise)
 from tuneup.autotune.space import ScriptFacts
@@ -23,7 +23,6 @@ from tuneup.settings.schema import knob_facts
 
 RACE_REACH = 0.2  # candidates measured this much slower than the best are not raced
 RACE_ROUNDS = 6  # interleaved rounds of a stage's contenders at most (low-impact stages: 2)
-LOW_IMPACT_ROUNDS = 2
 UNRACED_SPREADS = 2  # window-to-window spreads an unraced candidate's single window must clear
 
 
@@ -125,10 +124,12 @@ class Search:
 
     def compare(self, stage: str, trials: list[Trial],
                 stop: Callable[[TrialResult], bool] | None = None,
-                beyond_noise: str | None = None) -> TrialResult | None:
+                beyond_noise: str | None = None, rounds: int | None = None
+                ) -> TrialResult | None:
         """Measure the incumbent and ``trials`` in one process and adopt the best.
         ``beyond_noise``: why this stage's change must be faster beyond noise (see
-        :meth:`choose`), for stages whose ties go wrong later.
+        :meth:`choose`), for stages whose ties go wrong later; ``rounds``: the race's at
+        most (default: by the stage's impact).
 
         Without early stop the incumbent runs first and last (A B.. A) and counts with its
         faster run: interference on a shared machine only ever slows a trial down.
@@ -147,10 +148,10 @@ class Search:
         if reference is None:
             self.note(f"{stage}: the incumbent failed to re-run ({results[0].status})")
             return None
-        return self.choose(reference, results[1:len(plan)], stage, beyond_noise)
+        return self.choose(reference, results[1:len(plan)], stage, beyond_noise, rounds)
 
     def choose(self, reference: TrialResult, candidates: list[TrialResult], stage: str,
-               beyond_noise: str | None = None) -> TrialResult:
+               beyond_noise: str | None = None, rounds: int | None = None) -> TrialResult:
         """The fastest acceptable result; ties (within ``min_gain``) go to the simpler.
         With ``beyond_noise`` (the reason), a change is kept only when its race rounds show
         it faster than the reference beyond the tie zone with 95 % confidence.
@@ -170,7 +171,9 @@ class Search:
         # (left out when 20 % behind, train_mlp's loader stage twice took workers=2 on it,
         # which the plain harness measures 30 % slower there: 0.71 and 0.62 of the best)
         contenders = [reference, *raced]
-        runs = self.race(contenders, LOW_IMPACT_ROUNDS if stage in LOW_IMPACT else RACE_ROUNDS)
+        if rounds is None:
+            rounds = LOW_IMPACT_ROUNDS if stage in LOW_IMPACT else RACE_ROUNDS
+        runs = self.race(contenders, rounds)
         merged = {knobs: merge(results) for knobs, results in runs.items()}
         survivors = {k: r for k, r in merged.items() if r is not None}
         reference = survivors.get(reference.trial.knobs, reference)

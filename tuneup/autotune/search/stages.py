@@ -34,6 +34,7 @@ PERSISTENT_STARTUP_SHARE = 0.01  # worker start-up per epoch worth keeping worke
 # was never 3 % ahead of the best whole batch, often 15-20 % behind; taken on a tie, it cost
 # train_images 0.89 and 0.91 of the grid's best
 CPU_MICRO_BATCH = "a micro-batch on a CPU is kept only when faster beyond noise"
+LOW_IMPACT_ROUNDS = 2  # a race's rounds in low-impact stages, and where a question comes again
 COMPILE_RACE_ROUNDS = 40  # the last stage: what the budget has left goes to its decision
 FIRST_COMPILE_ROUNDS = 6  # paired rounds in the process that compiles first
 
@@ -182,7 +183,11 @@ def loader_extras(search: Search) -> None:
         extra += search.candidates("pin_memory", [True])
     if prefetch_to_try(search, reference):
         extra += search.candidates("prefetch_factor", [DEEPER_PREFETCH])
-    search.compare("loader", extra)
+    # a deeper prefetch is asked again after compile, where it matters (compile shortens
+    # the step the workers must keep up with): before it, two rounds (on train_images an
+    # eager race of prefetch=4 ran five, 20 s, within noise, and left that stage 1 s short)
+    again = search.compile_to_come and all(t.knobs.pin_memory is None for t in extra)
+    search.compare("loader", extra, rounds=LOW_IMPACT_ROUNDS if again else None)
 
 
 @stage("deeper_prefetch")
