@@ -253,9 +253,11 @@ def bench(name: str, quick: bool, measure_s: float, budget: float, budget_share:
             "speedup_over_defaults": round(vs_defaults[0], 2),
             "runner_up": summary.get("runner_up"), "notes": summary.get("notes", []),
             "rejected": summary.get("rejected", []),  # what was tried beside the pick
+            "trials": summary.get("trials", []),  # to see where a run's budget went (JSON only)
         }
         for key, value in result.items():
-            print(f"  {key:24s} {value}")
+            if key != "trials":
+                print(f"  {key:24s} {value}")
         runs.append(result)
     return runs
 

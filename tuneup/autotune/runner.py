@@ -292,7 +292,11 @@ class Runner:
     def _continue(self, trials: list[Trial]) -> _Process | None:
         """The live process, given ``trials`` as its next plan; None when there is none."""
         process = self._process
-        if process is None or not process.reusable():
+        if process is None:
+            return None
+        if not process.reusable():  # it died while it waited (the kernel's OOM killer)
+            process.kill()
+            self._process = None
             return None
         _, process.files, process.next_plan = self._write_plan(trials, process.next_plan)
         return process
