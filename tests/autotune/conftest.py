@@ -40,6 +40,8 @@ FAKE_CHILD = textwrap.dedent('''
                 hog = bytearray(400 * 2**20); time.sleep(600)
             if what == "error-unless-first":  # fails only after another trial ran in this process
                 what = "ok" if n == 1 else "error"
+            if what == "slow-error":  # a trial the parent drops, failing in its last step
+                time.sleep(0.5); what = "error"
             if what in ("oom", "error"):
                 emit({{"event": "trial_end", "id": trial["id"], "status": what,
                        "message": "CUDA out of memory" if what == "oom" else "ValueError: bad"}})

@@ -104,6 +104,26 @@ def test_a_failure_ends_the_live_process_and_the_next_plan_starts_a_fresh_one(fa
         assert runner.processes_started == 2 and runner.live_process()
 
 
+def test_a_failure_in_the_trial_a_pause_drops_is_not_the_next_plans(fake_script):
+    """The pause waits until the child took it: a dropped trial that fails in its last step
+    ends the process there, and the next plan runs in a fresh one, blaming nobody."""
+    with Runner(fake_script({"b": "slow-error"}, waits_for_next_plan=True)) as runner:
+        results = runner.run(trials("a", "b", "c"), stop=lambda r: r.trial.id == "a")
+        assert statuses(results) == {"a": "ok", "b": "skipped", "c": "skipped"}
+        assert not runner.live_process()
+        assert statuses(runner.run(trials("d"))) == {"d": "ok"}
+    assert runner.processes_started == 2
+
+
+def test_a_failure_right_after_a_dtype_switch_across_plans_is_retried_fresh(fake_script):
+    """The trial before may have run in the process's previous plan."""
+    script = fake_script({"bf16": "error-unless-first"}, waits_for_next_plan=True)
+    with Runner(script) as runner:
+        runner.run([Trial("fp32", Knobs())])
+        (result,) = runner.run([Trial("bf16", Knobs(amp_dtype="bfloat16"))])
+    assert result.status == "ok" and runner.processes_started == 2
+
+
 def test_a_child_that_does_not_wait_gets_a_process_per_plan(fake_script):
     with Runner(fake_script()) as runner:
         runner.run(trials("a"))

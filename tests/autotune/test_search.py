@@ -147,13 +147,13 @@ def test_a_process_that_lives_on_from_plan_to_plan_is_priced_no_start_up():
     """With the child waiting for its next plan only the first plan pays a start-up, and
     the budget knows it: a budget whose start-ups leave compile out holds it then (on
     train_images a 120 s search started eight processes of 3.5-4.4 s each)."""
-    tuner, recorded = search(compute_bound, budget=66, startup_s=4.0)
+    tuner, recorded = search(compute_bound, budget=70, startup_s=4.0)
     tuner.run()
     assert not any(t.knobs.compile_mode for t in recorded.ran)
-    tuner, recorded = search(compute_bound, budget=66, startup_s=4.0, reuse=True)
+    tuner, recorded = search(compute_bound, budget=70, startup_s=4.0, reuse=True)
     outcome = tuner.run()
     assert outcome.knobs.compile_mode == "default" and outcome.confirmed
-    assert recorded.clock <= 66
+    assert recorded.clock <= 70
 
 
 def test_a_compile_slower_than_guessed_ends_its_first_process_for_the_confirmation():

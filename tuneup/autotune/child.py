@@ -95,9 +95,6 @@ class TrialSession(hooks.Observer):
         self.plan = plan
         self.rank = protocol.rank_of(os.environ) if plan.ranks > 1 else 0
         self.direct_parent = os.getppid()
-        # ranks would have to switch plans at the same step: under torchrun each plan is a
-        # process of its own
-        self.waits_for_plans = plan.next_plan is not None and plan.ranks == 1
         self.out = self._open_results()
         self.defaults = apply.process_defaults()
         # before the first trial: a trial's speed must not depend on what ran before it
@@ -226,7 +223,7 @@ class TrialSession(hooks.Observer):
         self.started = True
         self.phase = "warmup"
         self._hello()
-        if self.plan.trials or self.waits_for_plans:
+        if self.plan.trials or self.plan.waits_for_next_plan:
             self._load_reference()
         if not self.plan.trials:
             self._plan_done()
@@ -269,7 +266,7 @@ class TrialSession(hooks.Observer):
             "fixed_knobs": sorted(loader.fixed_reasons),
             "fixed_reasons": reasons,
             "shuffles": loader.shuffles,
-            "waits_for_next_plan": self.waits_for_plans,
+            "waits_for_next_plan": self.plan.waits_for_next_plan,
         })
 
     def _load_reference(self) -> None:
@@ -350,7 +347,7 @@ class TrialSession(hooks.Observer):
             self._exit(protocol.EXIT_TRIAL_FAILED)
         if self.loop.device.type == "cpu":
             self.peak_rss = max(self.peak_rss, self.process.memory_info().rss)
-        if self.waits_for_plans and self.plan.next_plan.exists():
+        if self.plan.waits_for_next_plan and self.plan.next_plan.exists():
             self._next_plan()  # the parent stopped this plan early: the trial is dropped
         elif self.phase == "warmup":
             if self.warmup_s is None:
@@ -441,7 +438,7 @@ class TrialSession(hooks.Observer):
 
     def _plan_done(self) -> None:
         self.emit({"event": protocol.EVENT_DONE})
-        if not self.waits_for_plans:
+        if not self.plan.waits_for_next_plan:
             self._exit(protocol.EXIT_DONE)
         self._next_plan()
 
@@ -449,7 +446,9 @@ class TrialSession(hooks.Observer):
         """Wait for the parent's next plan and run it in this process: the search's next
         comparison pays no second start-up (3.8 s of a 120 s budget a process on
         docs/examples/train_images.py). A plan without trials pauses: the child then waits
-        for the file that plan names. The user's loop waits inside its ``next(loader)``."""
+        for the file that plan names, after a ``done`` in its results: the parent waits for
+        that, so a trial dropped in a failing step cannot be taken for the next plan's.
+        The user's loop waits inside its ``next(loader)``."""
         self.trial_running = False
         while True:
             path = self.plan.next_plan
@@ -462,12 +461,11 @@ class TrialSession(hooks.Observer):
             self.plan = read_plan(path)
             self.out.close()
             self.out = self._open_results()
-            self.waits_for_plans = self.plan.next_plan is not None
-            if self.plan.trials or not self.waits_for_plans:
+            if self.plan.trials:
                 break
-        if not self.plan.trials:
-            self._plan_done()
-            return
+            self.emit({"event": protocol.EVENT_DONE})
+            if not self.plan.waits_for_next_plan:
+                self._exit(protocol.EXIT_DONE)
         self.index = 0
         self._start_trial()
 

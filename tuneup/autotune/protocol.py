@@ -52,6 +52,12 @@ class Plan:
     # next step (one with no trials pauses: the child waits for the file its plan names)
     next_plan: Path | None = None
 
+    @property
+    def waits_for_next_plan(self) -> bool:
+        """Whether the child waits for ``next_plan`` after its last trial: only a single
+        process (torchrun's ranks would have to switch plans at the same step)."""
+        return self.next_plan is not None and self.ranks == 1
+
     def reference_paths(self, rank: int = 0) -> tuple[Path, Path]:
         """(state file, check-batches file) shared by every process of one run; each rank
         of a torchrun trial has its own (its share of the data)."""

@@ -36,6 +36,8 @@ from tuneup.runtime.hooks import ENV_OBSERVERS
 if TYPE_CHECKING:
     import psutil
 
+    from tuneup.settings import Knobs
+
 WORKDIR_PREFIX = "tuneup-autotune-"  # + the owning pid: stale ones are swept
 POLL_S = 0.05
 MEMORY_POLL_S = 0.25
@@ -98,9 +100,14 @@ class _Process:
     next_plan: Path | None = None  # where this process looks for its next plan
     said_hello: bool = False
     waits: bool = False  # its hello said it waits for a next plan after its last trial
+    last_knobs: Knobs | None = None  # of the trial it started last, whatever its plan
+    previous_knobs: Knobs | None = None  # of the one before that
 
     def __post_init__(self) -> None:
         self.ranks = RankEvents(len(self.files)) if len(self.files) > 1 else None
+
+    def trial_started(self, knobs: Knobs) -> None:
+        self.previous_knobs, self.last_knobs = self.last_knobs, knobs
 
     def reusable(self) -> bool:
         """It waits for a next plan, and runs."""
@@ -269,14 +276,14 @@ class Runner:
         return [results[t.id] for t in trials]
 
     def _write_plan(self, trials: list[Trial], path: Path | None = None
-                    ) -> tuple[Path, list[_EventFile], Path | None]:
+                    ) -> tuple[Path, list[_EventFile], Path]:
         """Write a plan of ``trials`` (to ``path``, default a new file) atomically: its
-        results files, read from the start, and where its process's next plan goes (none
-        under torchrun, whose ranks would have to switch plans at the same step)."""
+        results files, read from the start, and where its process's next plan goes (a
+        child under torchrun ignores that, see :attr:`protocol.Plan.waits_for_next_plan`)."""
         self.plans_written += 1
         n = self.plans_written
         results = self._workdir / f"results-{n}.jsonl"
-        next_plan = self._workdir / f"next-{n}.json" if self.nproc_per_node == 1 else None
+        next_plan = self._workdir / f"next-{n}.json"
         plan = protocol.Plan(results=results, trials=[t.plan_entry() for t in trials],
                              reference=self._workdir / "reference.pt", parent_pid=os.getpid(),
                              ranks=self.nproc_per_node, next_plan=next_plan,
@@ -298,21 +305,35 @@ class Runner:
             process.kill()
             self._process = None
             return None
-        _, process.files, process.next_plan = self._write_plan(trials, process.next_plan)
+        self._hand_over(process, trials)
         return process
 
-    def _pause(self, process: _Process, running: Trial | None, finished: list[TrialResult]
-               ) -> bool:
-        """After an early stop, pause the process (a plan without trials: it drops the
-        trial it started at the end of that trial's current step) rather than kill it;
-        not while that step compiles new graphs, which can take longer than a start-up."""
-        if not process.reusable():
-            return False
+    def _hand_over(self, process: _Process, trials: list[Trial]) -> None:
+        """Give a waiting process its next plan."""
+        assert process.next_plan is not None
+        _, process.files, process.next_plan = self._write_plan(trials, process.next_plan)
+
+    def _pause(self, process: _Process, running: Trial, finished: list[TrialResult]) -> bool:
+        """After an early stop, pause the process rather than kill it: a plan without trials,
+        which it takes at the end of the running trial's current step, dropping that trial.
+        Whether it did: the pause waits for its ``done``, so a failure in that step (the
+        process then exits) ends it here and cannot be taken for the next plan's. Not while
+        that step compiles new graphs, which can take longer than a start-up."""
         last = finished[-1].trial.knobs if finished else None
-        if running is not None and running.knobs.compile_mode and (
+        if not process.reusable() or running.knobs.compile_mode and (
                 last is None or running.knobs.without_loader() != last.without_loader()):
             return False
-        _, process.files, process.next_plan = self._write_plan([], process.next_plan)
+        dropped = process.files[0]
+        self._hand_over(process, [])
+        waited = time.monotonic()
+        while not any(e.get("event") == protocol.EVENT_DONE for e in process.new_events()):
+            if (process.popen.poll() is not None or self.time_left() <= 0
+                    or time.monotonic() - waited > self._trial_timeout(running)):
+                return False
+            time.sleep(POLL_S)
+        if any(e.get("event") == "trial_start" and e.get("id") == running.id
+               for e in dropped.new_events()):
+            process.trial_started(running.knobs)
         return True
 
     def _start(self, trials: list[Trial]) -> _Process:
@@ -342,14 +363,14 @@ class Runner:
         return [*launcher, "-m", "torch.distributed.run", "--standalone",
                 f"--nproc-per-node={self.nproc_per_node}"]
 
-    def _retry_fresh(self, result: TrialResult, before: list[TrialResult]) -> bool:
+    def _retry_fresh(self, result: TrialResult, process: _Process) -> bool:
         """Whether a failure may be the earlier trial's doing: it came right after a change
         of AMP dtype or compile mode in the same process, where state the script keeps
         (a carried RNN state in the old dtype, a compiled graph) leaks into the next trial.
         Such a trial runs once more, first in a fresh process, before its failure counts."""
-        if result.status not in (ERROR, NONFINITE, CRASH) or not before:
+        previous, knobs = process.previous_knobs, result.trial.knobs
+        if result.status not in (ERROR, NONFINITE, CRASH) or previous is None:
             return False
-        previous, knobs = before[-1].trial.knobs, result.trial.knobs
         switched = (previous.amp_dtype, previous.compile_mode) != (knobs.amp_dtype,
                                                                    knobs.compile_mode)
         if not switched or result.trial.id in self._retried:
@@ -366,9 +387,11 @@ class Runner:
         one; returns (finished results, early-stopped). A process that finished the plan, or
         was paused after an early stop, is kept for the next plan; any other is killed."""
         by_id = {t.id: t for t in pending}
-        process = self._process = self._continue(pending) or self._start(pending)
+        continued = self._continue(pending)
+        process = self._process = continued or self._start(pending)
         finished: list[TrialResult] = []
         current: Trial | None = None
+        begun = False  # a trial of this plan started
         keep = False
         exit_message = ""  # the child's own account of an exit outside a trial
         script_ended = False  # the script's own loop finished: restart, nothing failed
@@ -386,6 +409,8 @@ class Runner:
                             self.facts = ScriptFacts.from_hello(event)
                     elif kind == "trial_start" and event.get("id") in by_id:
                         current = by_id[event["id"]]
+                        process.trial_started(current.knobs)
+                        begun = True
                         if self.startup_s is None:
                             self.startup_s = last_event - process.started
                         if self.on_trial_start:
@@ -395,7 +420,7 @@ class Runner:
                         exit_message = str(event.get("message") or "")
                     elif kind == "trial_end" and event.get("id") in by_id:
                         result = TrialResult.from_event(by_id[event["id"]], event)
-                        if self._retry_fresh(result, finished):
+                        if self._retry_fresh(result, process):
                             return finished, False
                         finished.append(result)
                         current = None
@@ -421,6 +446,8 @@ class Runner:
                         raise ScriptError(self._never_called_message(process, failure.message))
                     return finished + [failure], False
                 time.sleep(POLL_S)
+            if continued and not begun:
+                return [], False  # it died while it waited: the plan goes to a fresh process
             if not process.said_hello:
                 if self.facts is None:
                     raise ScriptError(self._never_called_message(process, exit_message))
@@ -428,7 +455,7 @@ class Runner:
             unfinished = current is not None and all(r.trial.id != current.id for r in finished)
             if unfinished and not script_ended:
                 crash = self._crash(current, process, exit_message)
-                if not self._retry_fresh(crash, finished):
+                if not self._retry_fresh(crash, process):
                     finished.append(crash)
             self._name_first_failure(finished, process)
             return finished, False

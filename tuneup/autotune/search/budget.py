@@ -30,7 +30,8 @@ class Executor(Protocol):
 
     def time_left(self) -> float: ...
 
-    def live_process(self) -> bool: ...
+    def live_process(self) -> bool:
+        """Whether the next :meth:`run` goes on in a process that waits for it."""
 
 
 class Budget:
@@ -39,8 +40,9 @@ class Budget:
     ``typical`` is the result trial times are estimated from (the incumbent's latest run),
     ``baseline`` the defaults' run; ``reserve_s`` is what the current stage must leave for
     later ones; ``compile_s`` the measured cost of a cold compile (0 until the compile
-    stage). Every later process compiling the same settings (a race's next process, the
-    confirmation) pays :meth:`warm_compile_seconds` instead.
+    stage). Every later plan compiling the same settings (a race's next plan, the
+    confirmation) is priced at :meth:`warm_compile_seconds` instead: a fresh process loads
+    them from the run's cache, and a live one holds only the graphs it compiled last.
     """
 
     def __init__(self, executor: Executor) -> None:
@@ -69,11 +71,14 @@ class Budget:
         return seconds + (600.0 if trial.knobs.compile_mode else 0.0)
 
     def startup_seconds(self) -> float:
-        """What the next process costs before its first trial: nothing while the last one
-        lives on and waits for its next plan."""
-        if self.executor.live_process():
-            return 0.0
+        """A process's start-up, measured (or the default before one): what reserves for
+        later work hold, since a failure until then ends the live process."""
         return self.executor.startup_s or DEFAULT_STARTUP_S
+
+    def next_startup_seconds(self) -> float:
+        """What the next plan pays before its first trial: nothing while a process waits
+        for it (see :meth:`Executor.live_process`)."""
+        return 0.0 if self.executor.live_process() else self.startup_seconds()
 
     def compile_seconds(self) -> float:
         """Expected cost of one compile stage: a process, two trials and a first compile,
@@ -117,8 +122,9 @@ class Budget:
         return max(0.0, trials * self.trial_seconds() - self._spare(extra_s))
 
     def _spare(self, extra_s: float = 0.0) -> float:
-        """What a new process's trials may spend: it pays a start-up and ``extra_s``."""
-        return self._unreserved() - self.startup_seconds() - extra_s
+        """What the next plan's trials may spend: it pays ``extra_s`` and a start-up when
+        no process waits for it."""
+        return self._unreserved() - self.next_startup_seconds() - extra_s
 
     def _unreserved(self) -> float:
         """The time left beyond the confirmation's reserve and ``reserve_s``."""

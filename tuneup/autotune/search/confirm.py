@@ -329,7 +329,7 @@ def _affordable_rounds(search: Search, configs: list[Knobs], slack: float = 0.0)
     compiled = len({k.without_loader() for k in configs if k.compile_mode})
     warm = budget.warm_compile_seconds() if compiled else 0.0
     per_round += warm * compiled if compiled > 1 else 0.0
-    fixed = budget.startup_seconds() + (warm if compiled == 1 else 0.0)
+    fixed = budget.next_startup_seconds() + (warm if compiled == 1 else 0.0)
     return max(0, min(MAX_ROUNDS, int((budget.time_left() * (1 - slack) - fixed) // per_round)))
 
 

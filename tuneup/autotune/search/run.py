@@ -126,7 +126,7 @@ class Search:
                 stop: Callable[[TrialResult], bool] | None = None,
                 beyond_noise: str | None = None, rounds: int | None = None
                 ) -> TrialResult | None:
-        """Measure the incumbent and ``trials`` in one process and adopt the best.
+        """Measure the incumbent and ``trials`` in one plan and adopt the best.
         ``beyond_noise``: why this stage's change must be faster beyond noise (see
         :meth:`choose`), for stages whose ties go wrong later; ``rounds``: the race's at
         most (default: by the stage's impact).
@@ -227,8 +227,9 @@ class Search:
              tie: float | None = None, paired: dict[Knobs, list[TrialResult]] | None = None
              ) -> dict[Knobs, list[TrialResult]]:
         """Interleaved rounds of the contenders (A B C A B C ...), at most ``rounds`` of them
-        and what the budget allows, in as few processes as possible (each start-up, and a
-        cold compile for compiled contenders, is paid once a process).
+        and what the budget allows, in as few plans as possible (a plan pays a start-up when
+        no process waits for it, and compiled contenders a compile when the process does
+        not hold their graphs).
 
         The stop rule is per comparison, from the paired step-time ratios to the leader
         (each pair taken next to each other in time), looked at after 2, 3, 4, 6, 8, 12, ...
@@ -287,14 +288,15 @@ class Search:
 
     def _drop_pays(self, runs: dict[Knobs, list[TrialResult]], slower: dict[Knobs, object],
                    rounds_left: int) -> bool:
-        """Whether to end the race's process early to go on without the contenders already
-        shown slower: their trials still planned in it cost more than a fresh start-up
-        (the plan is fixed once a process starts; the defaults, 30 % slower from the second
-        round, ran all six rounds of a three-way race on train_images)."""
+        """Whether to end the race's plan early to go on without the contenders already
+        shown slower: their trials still planned in it cost more than the next plan's
+        start-up (none while the process waits for it; a plan is fixed once handed over:
+        the defaults, 30 % slower from the second round, ran all six rounds of a three-way
+        race on train_images)."""
         if not slower or len(runs) - len(slower) < 2:
             return bool(slower)  # one left: nothing to race
         saved = sum(self.budget.trial_seconds(merge(runs[k])) for k in slower) * rounds_left
-        return saved > self.budget.startup_seconds() + self.cold_start_seconds(
+        return saved > self.budget.next_startup_seconds() + self.cold_start_seconds(
             {k: v for k, v in runs.items() if k not in slower})
 
     def _keep_rounds(self, runs: dict[Knobs, list[TrialResult]]) -> None:

@@ -178,16 +178,16 @@ def loader_extras(search: Search) -> None:
     reference = search.incumbent_result
     if not search.incumbent.num_workers or reference is None:
         return
-    extra = []
+    pin = []
     if search.facts.on_cuda and search.incumbent.pin_memory is None:
-        extra += search.candidates("pin_memory", [True])
-    if prefetch_to_try(search, reference):
-        extra += search.candidates("prefetch_factor", [DEEPER_PREFETCH])
+        pin = search.candidates("pin_memory", [True])
+    prefetch = (search.candidates("prefetch_factor", [DEEPER_PREFETCH])
+                if prefetch_to_try(search, reference) else [])
     # a deeper prefetch is asked again after compile, where it matters (compile shortens
     # the step the workers must keep up with): before it, two rounds (on train_images an
     # eager race of prefetch=4 ran five, 20 s, within noise, and left that stage 1 s short)
-    again = search.compile_to_come and all(t.knobs.pin_memory is None for t in extra)
-    search.compare("loader", extra, rounds=LOW_IMPACT_ROUNDS if again else None)
+    prefetch_only = search.compile_to_come and not pin
+    search.compare("loader", pin + prefetch, rounds=LOW_IMPACT_ROUNDS if prefetch_only else None)
 
 
 @stage("deeper_prefetch")
