@@ -445,27 +445,24 @@ class TrialSession(hooks.Observer):
     def _next_plan(self) -> None:
         """Wait for the parent's next plan and run it in this process: the search's next
         comparison pays no second start-up (3.8 s of a 120 s budget a process on
-        docs/examples/train_images.py). A plan without trials pauses: the child then waits
-        for the file that plan names, after a ``done`` in its results: the parent waits for
-        that, so a trial dropped in a failing step cannot be taken for the next plan's.
-        The user's loop waits inside its ``next(loader)``."""
+        docs/examples/train_images.py). A plan without trials pauses: its ``done`` tells
+        the parent the child took it (so a trial dropped in a failing step cannot be taken
+        for the next plan's), and the child waits for the file that plan names. The user's
+        loop waits inside its ``next(loader)``."""
         self.trial_running = False
-        while True:
-            path = self.plan.next_plan
-            while not path.exists():
-                if self.plan.parent_pid is not None and _parent_gone(self.plan.parent_pid,
-                                                                     self.direct_parent):
-                    self.exit_reason = "parent-died"
-                    self._exit(protocol.EXIT_TRIAL_FAILED)
-                time.sleep(PLAN_POLL_S)
-            self.plan = read_plan(path)
-            self.out.close()
-            self.out = self._open_results()
-            if self.plan.trials:
-                break
-            self.emit({"event": protocol.EVENT_DONE})
-            if not self.plan.waits_for_next_plan:
-                self._exit(protocol.EXIT_DONE)
+        path = self.plan.next_plan
+        while not path.exists():
+            if self.plan.parent_pid is not None and _parent_gone(self.plan.parent_pid,
+                                                                 self.direct_parent):
+                self.exit_reason = "parent-died"
+                self._exit(protocol.EXIT_TRIAL_FAILED)
+            time.sleep(PLAN_POLL_S)
+        self.plan = read_plan(path)
+        self.out.close()
+        self.out = self._open_results()
+        if not self.plan.trials:
+            self._plan_done()
+            return
         self.index = 0
         self._start_trial()
 

@@ -97,7 +97,7 @@ class _Process:
     files: list[_EventFile]  # one per rank
     stderr: Path
     started: float
-    next_plan: Path | None = None  # where this process looks for its next plan
+    next_plan: Path  # where this process looks for its next plan
     said_hello: bool = False
     waits: bool = False  # its hello said it waits for a next plan after its last trial
     last_knobs: Knobs | None = None  # of the trial it started last, whatever its plan
@@ -111,7 +111,7 @@ class _Process:
 
     def reusable(self) -> bool:
         """It waits for a next plan, and runs."""
-        return self.waits and self.next_plan is not None and self.popen.poll() is None
+        return self.waits and self.popen.poll() is None
 
     def new_events(self) -> list[dict[str, Any]]:
         """The events written since the last call, as one process would have written them."""
@@ -310,7 +310,6 @@ class Runner:
 
     def _hand_over(self, process: _Process, trials: list[Trial]) -> None:
         """Give a waiting process its next plan."""
-        assert process.next_plan is not None
         _, process.files, process.next_plan = self._write_plan(trials, process.next_plan)
 
     def _pause(self, process: _Process, running: Trial, finished: list[TrialResult]) -> bool:
@@ -436,8 +435,7 @@ class Runner:
                     break
                 now = time.monotonic()
                 failure = self._watchdog(process, current, pending, finished,
-                                         process.said_hello, now - last_event,
-                                         now - last_memory_check)
+                                         now - last_event, now - last_memory_check)
                 if now - last_memory_check >= MEMORY_POLL_S:
                     last_memory_check = now
                 if failure is not None:
@@ -465,8 +463,8 @@ class Runner:
                 self._process = None
 
     def _watchdog(self, process: _Process, current: Trial | None, pending: list[Trial],
-                  finished: list[TrialResult], said_hello: bool, quiet_s: float,
-                  since_memory_check: float) -> TrialResult | None:
+                  finished: list[TrialResult], quiet_s: float, since_memory_check: float
+                  ) -> TrialResult | None:
         """A result for the trial to abandon (hang, memory cap, budget), or ``None``."""
         done_ids = {r.trial.id for r in finished}
         due = current or next((t for t in pending if t.id not in done_ids), None)
@@ -474,9 +472,9 @@ class Runner:
             return None
         if self.time_left() <= 0:
             return TrialResult(due, BUDGET, message="budget exhausted during the trial")
-        limit = self._trial_timeout(due) if said_hello else self.startup_timeout
+        limit = self._trial_timeout(due) if process.said_hello else self.startup_timeout
         if quiet_s > limit:
-            where = "the trial" if said_hello else "start-up (no hello)"
+            where = "the trial" if process.said_hello else "start-up (no hello)"
             return TrialResult(due, HANG, message=f"no progress in {limit:.0f} s during {where}; "
                                                   "process group killed")
         if self.max_memory_bytes and since_memory_check >= MEMORY_POLL_S:
