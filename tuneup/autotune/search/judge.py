@@ -62,10 +62,14 @@ class Judge:
         return not self.better(a, b) and not self.better(b, a)
 
     def versus(self, candidate: TrialResult, reference: TrialResult) -> str:
-        """Why a candidate was not taken: ``slower (-40 %)`` or ``within noise (+6 %)``."""
+        """Why a candidate was not taken: ``slower (-40%)`` beyond the two windows' noise,
+        ``likely slower (-12%)`` beyond ``min_gain`` but not their noise, otherwise ``within
+        noise (+6.0%)``."""
         gain = self.speed(candidate) / self.speed(reference) - 1
         if self.better(reference, candidate):
             return f"slower ({gain:+.0%})"
+        if self.speed(reference) > self.speed(candidate) * (1 + self.options.min_gain):
+            return f"likely slower ({gain:+.0%})"
         return f"within noise ({gain:+.1%})"
 
     def problem(self, result: TrialResult) -> str | None:

@@ -50,9 +50,10 @@ def paired_reason(runs: list[TrialResult], leader: list[TrialResult], tie: float
                   how: str = "") -> str | None:
     """How a setting run in rounds beside the leader compares, from their paired ratios:
     ``slower (-12%)`` when its interval lies beyond ``tie`` (log scale) on the slow side,
-    ``faster (+5.0%)`` on the fast side (the notes say why it was not taken), otherwise
-    ``within noise (-2.0%)``: no two words name the same evidence. ``how`` is appended
-    inside the brackets; None with fewer than two pairs."""
+    ``faster (+5.0%)`` on the fast side (the notes say why it was not taken), ``likely
+    slower (-24%)`` when only the interval's centre lies beyond it (rounds too few or too
+    noisy to show it), otherwise ``within noise (-2.0%)``: no two words name the same
+    evidence. ``how`` is appended inside the brackets; None with fewer than two pairs."""
     interval = log_ratio_interval(*paired_steps(runs, leader))
     return None if interval is None else interval_reason(interval, tie, how)
 
@@ -64,6 +65,8 @@ def interval_reason(interval: tuple[float, float], tie: float, how: str = "") ->
         return f"slower ({gain:+.0%}{how})"
     if interval[1] < -tie:
         return f"faster ({gain:+.1%}{how})"
+    if sum(interval) / 2 > tie:
+        return f"likely slower ({gain:+.0%}{how})"
     return f"within noise ({gain:+.1%}{how})"
 
 
