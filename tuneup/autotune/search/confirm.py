@@ -62,7 +62,8 @@ def confirm(search: Search) -> Outcome:
         return outcome
     rounds = _affordable_rounds(search, configs)
     if rounds < MIN_ROUNDS and len(configs) > 2:  # the rival's compile does not fit
-        configs = _two_to_rerun(search, configs, rival if rival == alternative else None)
+        doubt = rival if rival in (alternative, _compile_rival(search)) else None
+        configs = _two_to_rerun(search, configs, doubt)
         rounds = _affordable_rounds(search, configs)
     if rounds < MIN_ROUNDS:
         configs = _one_round(search, tuned, default)
@@ -106,23 +107,26 @@ def confirm(search: Search) -> Outcome:
     return outcome
 
 
-def _two_to_rerun(search: Search, configs: list[Knobs], alternative: Knobs | None
+def _two_to_rerun(search: Search, configs: list[Knobs], doubt: Knobs | None
                   ) -> list[Knobs]:
     """When the budget holds two settings a round, not three: the pick and the defaults,
     unless the stages already beat the defaults beyond noise (95 % interval of the speed-up
-    above the tie zone) and the third is the pick's simpler alternative: that comparison
-    can still be wrong (bfloat16 chosen eagerly, then compiled: slower than compile alone
-    on a CPU where bfloat16 gains nothing), the other one hardly. Without the defaults'
-    slower trials in each round, the estimate has no cushion: hence the slack."""
+    above the tie zone) and the third, ``doubt``, undoes a change that can still be wrong:
+    the pick's simpler alternative (bfloat16 chosen eagerly, then compiled: slower than
+    compile alone on a CPU where bfloat16 gains nothing) or the other side of the compile
+    race (a slow compile can leave that race no rounds: a held-out spectrogram model took
+    compile on one pair of windows 3 % apart, 12 % slower in the grid). Against the
+    defaults the pick can hardly be wrong. Without the defaults' slower trials in each
+    round, the estimate has no cushion: hence the slack."""
     tuned, default = configs[0], configs[1]
     interval = ratio_interval(search.results, tuned, default)
-    if alternative is None or interval is None or interval[0] <= 1 + search.options.min_gain \
-            or _affordable_rounds(search, [tuned, alternative], slack=SLACK) < MIN_ROUNDS:
+    if doubt is None or interval is None or interval[0] <= 1 + search.options.min_gain \
+            or _affordable_rounds(search, [tuned, doubt], slack=SLACK) < MIN_ROUNDS:
         return [tuned, default]
     search.note(f"confirm: {_name(default)} not re-run (the stages beat them beyond noise, "
                 f"{interval[0]:.2f}x to {interval[1]:.2f}x): the budget holds the pick beside "
-                f"{describe(alternative)} instead")
-    return [tuned, alternative]
+                f"{describe(doubt)} instead")
+    return [tuned, doubt]
 
 
 def _one_round(search: Search, tuned: Knobs, default: Knobs) -> list[Knobs]:
