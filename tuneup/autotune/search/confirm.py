@@ -49,8 +49,8 @@ def confirm(search: Search) -> Outcome:
     outcome = Outcome(search.facts, tuned, judge.speed(search.baseline),
                       judge.speed(search.incumbent_result), search.results, search.rejected,
                       search.notes, baseline_knobs=default)
-    alternative = simpler_alternative(search)
-    rival = alternative or _compile_rival(search) or closest_rival(search)
+    alternative, compile_rival = simpler_alternative(search), _compile_rival(search)
+    rival = alternative or compile_rival or closest_rival(search)
     contender = None
     if rival in (None, default):  # the rival the pick's changes give is no rival: the defaults
         rival = contender = closest_contender(search)
@@ -62,7 +62,7 @@ def confirm(search: Search) -> Outcome:
         return outcome
     rounds = _affordable_rounds(search, configs)
     if rounds < MIN_ROUNDS and len(configs) > 2:  # the rival's compile does not fit
-        doubt = rival if rival in (alternative, _compile_rival(search)) else None
+        doubt = rival if rival in (alternative, compile_rival) else None
         configs = _two_to_rerun(search, configs, doubt)
         rounds = _affordable_rounds(search, configs)
     if rounds < MIN_ROUNDS:
@@ -238,7 +238,7 @@ def _restate_rejections(search: Search, runs: dict[Knobs, list[TrialResult]], pi
                         speedup: tuple[float, float] | None) -> None:
     """A setting rejected on speed and re-run here is judged again on these rounds beside
     the pick, the closest comparison the search made, and these rounds' verdict stands:
-    its stage's (``slower (-5%)``, or ``within noise (-10.6%)`` from a short race) must not
+    its stage's (``slower (-5%)``, or ``likely slower (-11%)`` from a short race) must not
     contradict the runner-up's (a tie at 0.99x). The defaults are judged on ``speedup``,
     the interval the result gives (every run of the two): two paired rounds alone called
     them ``within noise (-41.0%)`` beside a speed-up of 1.56x [1.32, 1.84]. The pick itself
