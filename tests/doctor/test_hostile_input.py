@@ -109,3 +109,16 @@ def test_bad_option_values_are_one_line(tmp_path):
         assert result.exit_code == 2
         assert len(result.output.strip().splitlines()) == 1, result.output
         assert result.output.startswith("tuneup doctor: ")
+
+
+@pytest.mark.parametrize("invisible", ["\u200b", "\u200d", "\ufeff", "\u2060", "\u00ad", "\u200e"])
+def test_invisible_characters_pasted_inside_a_version_are_not_read_as_a_cut(invisible):
+    """A web page or chat adds zero-width characters; ``570\u200b.86`` is driver 570.86, not
+    a driver 86 that needs an update."""
+    pasted = REPORT.replace("570.86", f"570{invisible}.86").replace("12.4\n", f"12{invisible}.4\n")
+    clean = json.loads(doctor("--from", "-", "--format", "json", stdin=REPORT).stdout)
+    result = doctor("--from", "-", "--format", "json", stdin=pasted)
+    assert result.exit_code == 0, result.output
+    read = json.loads(result.stdout)
+    assert read["environment"]["driver"]["version"] == "570.86"
+    assert read["findings"] == clean["findings"]

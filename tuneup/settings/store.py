@@ -14,7 +14,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from tuneup.files import write_atomic
+from tuneup.files import trusted_path, write_atomic
 from tuneup.settings.schema import Settings, SettingsError
 
 MAX_BYTES = 1 << 20  # a settings file is a few hundred bytes; anything near this is not one
@@ -122,13 +122,18 @@ def load(path: Path | None = None) -> Settings | None:
 def save(settings: Settings, path: Path) -> None:
     """Write atomically: a crash or Ctrl-C leaves the old file (or none), never half a file.
 
-    The file gets the permissions of any new file (the umask decides, not 0600), and a
-    symbolic link is written through: its target is replaced, the link stays.
+    The file gets the permissions of any new file (the umask decides, not 0600); a
+    symbolic link of this user's is written through (its target is replaced, the link
+    stays), another user's is refused (:class:`tuneup.files.ForeignLinkError`).
     """
-    path = Path(os.path.realpath(path))
+    path = trusted_path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(settings.to_dict(), indent=2, sort_keys=False, allow_nan=False) + "\n"
-    write_atomic(path, text)
+    write_atomic(path, to_text(settings))
+
+
+def to_text(settings: Settings) -> str:
+    """The file's text: indented JSON, never NaN."""
+    return json.dumps(settings.to_dict(), indent=2, sort_keys=False, allow_nan=False) + "\n"
 
 
 def warn(message: str) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import unicodedata
 
 from tuneup.doctor.readers.collect_env import parse_collect_env
 from tuneup.doctor.readers.tuneup_json import environment_of, snapshot_from_json
@@ -29,7 +30,21 @@ def read_report(text: str) -> Snapshot:
     """Snapshot from report text: tuneup JSON (full output or bare environment) or collect_env."""
     if _control_share(text) > 0.02:
         raise ReportError(f"the input is binary data, not a text report: {HOW_TO_GET_ONE}")
-    return bounded(_parse(text.lstrip("\ufeff")))
+    return bounded(_parse(visible(text)))
+
+
+def visible(text: str) -> str:
+    """``text`` without the invisible characters that copying from a web page or chat adds:
+    format characters (zero-width spaces and joiners, byte-order marks, direction marks) are
+    removed and Unicode spaces become plain ones, so ``550\u200b.54.15`` reads as 550.54.15,
+    not as 54.15."""
+    odd = {char for char in set(text) if ord(char) > 127
+           and unicodedata.category(char) in ("Cf", "Zs", "Zl", "Zp")}
+    if not odd:
+        return text
+    return text.translate({ord(char): None if unicodedata.category(char) == "Cf" else
+                           ("\n" if unicodedata.category(char) in ("Zl", "Zp") else " ")
+                           for char in odd})
 
 
 def _parse(text: str) -> Snapshot:
