@@ -24,7 +24,9 @@ from tuneup.autotune.runner import Runner
 from tuneup.autotune.search import Options, Outcome, Search
 from tuneup.autotune.space import GROUPS
 from tuneup.errors import Interrupted, TuneupError, UsageError
+from tuneup.files import write_new
 from tuneup.settings import Measurement, Settings, default_path, save
+from tuneup.settings.store import to_text
 
 DEFAULT_BUDGET_S = 300.0
 MIN_BUDGET_S = 10.0
@@ -187,19 +189,19 @@ def tune(script: Path, script_args: list[str], options: Options, budget: float, 
 
 
 def write_settings(settings: Settings, output: Path) -> tuple[Path | None, str | None]:
-    """Save to ``output``; when that fails (full disk, read-only), keep a copy in the temp
-    directory and say where. Returns (where it was written, the error or None)."""
+    """Save to ``output``; when that fails (full disk, read-only, another user's link), keep
+    a copy under a fresh name in the temp directory and say where. Returns (where it was
+    written, the error or None)."""
     try:
         save(settings, output)
         return output, None
     except OSError as exc:
         problem = f"cannot write {output} ({exc.strerror or exc})"
-    fallback = Path(tempfile.gettempdir()) / f"{output.name}.{os.getpid()}"
     try:
-        save(settings, fallback)
+        copy = write_new(Path(tempfile.gettempdir()), f"{output.name}.", to_text(settings))
     except OSError:
         return None, f"{problem}; the chosen knobs are printed above, copy them by hand"
-    return fallback, f"{problem}; a copy is in {fallback}: move it to {output}"
+    return copy, f"{problem}; a copy is in {copy}: copy it to {output} once that can be written"
 
 
 def busy_note(threshold: float = 25.0) -> str | None:
