@@ -47,3 +47,22 @@ def test_a_script_that_never_uses_the_wrappers_is_one_line_exit_1(tmp_path):
     result = run("autotune", str(script), "--budget", "20")
     assert result.exit_code == 1
     assert "never called" in result.output and "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("output_format", ["text", "json"])
+def test_a_closed_standard_output_is_one_line_and_not_the_error_findings_code(output_format):
+    """``tuneup doctor | head`` whose reader left: exit 141 (as SIGPIPE) and a line on stderr,
+    never a silent exit 1, which means "an error finding"."""
+    import signal
+    import subprocess
+    import sys
+
+    report = "PyTorch version: 2.6.0+cpu\nPython version: 3.11.9 (64-bit runtime)\n" * 2000
+    process = subprocess.Popen([sys.executable, "-m", "tuneup.cli", "doctor", "--from", "-",
+                                "--format", output_format], stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    process.stdout.close()
+    _, err = process.communicate(report.encode(), timeout=120)
+    assert process.returncode == 128 + signal.SIGPIPE
+    lines = err.decode().strip().splitlines()
+    assert len(lines) == 1 and "standard output was closed" in lines[0], err

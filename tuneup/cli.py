@@ -59,7 +59,28 @@ class LazyGroup(click.Group):
         except KeyboardInterrupt:
             _say(self.invoked, "interrupted")
             code = EXIT_INTERRUPTED
+        try:
+            sys.stdout.flush()  # here, not at exit, where a closed pipe would be exit 1
+        except BrokenPipeError:
+            code = self._closed()
         sys.exit(code or 0)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        """A pipe whose reader exited becomes :class:`OutputClosed` here, before click's own
+        handler turns it into a silent exit 1 (the doctor's "error finding")."""
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:
+            from tuneup.terminal import stdout_closed
+
+            raise stdout_closed() from None
+
+    def _closed(self) -> int:
+        from tuneup.terminal import stdout_closed
+
+        error = stdout_closed()
+        _say(self.invoked, str(error))
+        return error.exit_code
 
 
 def _replace_unencodable() -> None:

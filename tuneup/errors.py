@@ -4,7 +4,7 @@ Commands raise these; ``tuneup.cli`` prints ``tuneup <command>: <message>`` (one
 traceback) and exits with the error's code, in one place, as pip's ``base_command`` does.
 Exit codes: 0 fine; 1 the work found a problem or could not be done (the doctor's error
 findings, a script that cannot be tuned); 2 bad usage or unreadable input; 130 interrupted
-(128 + the signal for SIGTERM / SIGHUP).
+(128 + the signal for SIGTERM / SIGHUP); 141 standard output closed mid-report (as SIGPIPE).
 """
 
 from __future__ import annotations

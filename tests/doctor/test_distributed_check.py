@@ -158,3 +158,19 @@ def test_a_rank_that_dies_after_reporting_does_not_fail_the_measurement(keys, fa
     result = Measurement("gloo", 2, 10.0)
     distributed._watch(_Exited(), _Store(keys), result, time.monotonic())
     assert result.failure is None if failure is None else failure in result.failure
+
+
+def test_more_cpu_ranks_than_the_host_holds_are_refused_before_any_starts() -> None:
+    """64 gloo ranks on 2 cores took 8.6 GB, then timed out and blamed the network."""
+    import psutil
+
+    before = len(psutil.Process().children(recursive=True))
+    started = time.monotonic()
+    result = invoke("--distributed", "--nproc", "100000")
+    assert result.exit_code == 2 and "hold at most" in result.output
+    assert len(result.output.strip().splitlines()) == 1
+    assert time.monotonic() - started < 30
+    assert len(psutil.Process().children(recursive=True)) == before
+    with pytest.raises(distributed.UsageError, match="2 usable cores hold at most 8"):
+        distributed.plan(9, cores=2)
+    assert distributed.plan(8, cores=2) == ("gloo", 8)

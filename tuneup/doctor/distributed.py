@@ -43,6 +43,8 @@ HOST = "127.0.0.1"  # local ranks meet over loopback
 POLL = 0.1
 OPERATIONS = ("all_reduce", "all_gather")
 ELEMENT_BYTES = 4  # float32
+RANK_BYTES = 200 << 20  # a gloo rank's resident memory, with a margin (measured ~135 MB)
+RANKS_PER_CORE = 4  # gloo ranks mostly wait on each other; beyond this they time out
 # NCCL's troubleshooting guide: in containers, --shm-size=1g --ulimit memlock=-1
 # (https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/troubleshooting.html)
 NCCL_SHM_ADVISED = 1 << 30
@@ -99,16 +101,33 @@ def message_bytes(operation: str, size: int, ranks: int) -> int:
     return elements * ELEMENT_BYTES
 
 
-def plan(nproc: int | None) -> tuple[str, int]:
+def plan(nproc: int | None, cores: float | None = None) -> tuple[str, int]:
     """The backend and rank count: NCCL with one rank per GPU where there are two GPUs or
-    more, else gloo on the CPU (2 ranks unless told)."""
+    more, else gloo on the CPU (2 ranks unless told, at most what ``cores`` and the free
+    memory hold)."""
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if gpus < 2 or not dist.is_nccl_available():
+        if nproc is not None:
+            _refuse_more_than_the_host_holds(nproc, cores)
         return "gloo", nproc or 2
     if nproc is not None and nproc > gpus:
         raise UsageError(f"--nproc {nproc} needs {nproc} GPUs for NCCL (one per rank); this "
                          f"machine has {gpus}")
     return "nccl", nproc or gpus
+
+
+def _refuse_more_than_the_host_holds(nproc: int, cores: float | None) -> None:
+    """Each gloo rank is a Python process with torch (about 135 MB: 64 ranks took 8.6 GB) and
+    a busy core: far more ranks than cores or memory would time out and be blamed on the
+    network."""
+    available = psutil.virtual_memory().available
+    limits = [(int(available // RANK_BYTES), f"{available / 2**30:.1f} GiB of free memory")]
+    if cores:
+        limits.append((int(RANKS_PER_CORE * cores), f"{cores:g} usable cores"))
+    most, reason = min(limits)
+    if nproc > max(2, most):
+        raise UsageError(f"--nproc {nproc} starts {nproc} CPU ranks; {reason} hold at most "
+                         f"{max(2, most)}: give a smaller --nproc")
 
 
 # -- the ranks ------------------------------------------------------------------------------
@@ -371,7 +390,7 @@ def check(snapshot: Snapshot, diagnosis: Diagnosis, nproc: int | None,
           timeout: float) -> Measurement:
     """Run the checks and the measurement on this machine; add their findings to
     ``diagnosis`` (NCCL_*_DISABLE is the nccl rules' TU403, already in it)."""
-    backend, ranks = plan(nproc)
+    backend, ranks = plan(nproc, snapshot.cpu.usable_cores)
     found, passed = interface_findings(os.environ, set(psutil.net_if_addrs()), backend)
     if backend == "nccl" and not _switched_on(os.environ.get("NCCL_SHM_DISABLE")):
         shm = shm_finding(snapshot.cpu.shm_total_bytes, snapshot.platform.in_container)
@@ -410,12 +429,12 @@ def _summary(result: Measurement) -> str:
 def write_table(result: Measurement, out: IO[str] | None = None) -> None:
     """The nccl-tests-like table (rich), one row per size, and the formula under it."""
     from rich import box
-    from rich.console import Console
+    from tuneup import terminal
     from rich.table import Table
 
     if not result.timings:
         return
-    console = Console(file=out, highlight=False, soft_wrap=True)
+    console = terminal.console(file=out, highlight=False, soft_wrap=True)
     table = Table(title=f"Collectives: {result.ranks} local ranks, {result.backend}, median of "
                         f"{ITERATIONS} iterations after {WARMUP} warm-up (bandwidth in GB/s)",
                   title_justify="left", box=box.SIMPLE_HEAD)

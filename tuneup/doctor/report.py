@@ -57,10 +57,10 @@ def environment_line(snapshot: Snapshot) -> str:
 
 def write_text(snapshot: Snapshot, diagnosis: Diagnosis, out: IO[str] | None = None) -> None:
     """Terminal report; rich drops colour by itself when ``out`` is not a terminal."""
-    from rich.console import Console
+    from tuneup import terminal
     from rich.markup import escape
 
-    console = Console(file=out, highlight=False, soft_wrap=True)
+    console = terminal.console(file=out, highlight=False, soft_wrap=True)
     source = "this machine" if snapshot.source == "live" else f"a {snapshot.source} report"
     console.print(f"[bold]tuneup doctor[/bold] — {source}")
     console.print(escape(environment_line(snapshot)))

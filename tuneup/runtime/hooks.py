@@ -132,8 +132,9 @@ def uninstall(observer: Observer) -> None:
 def install_from_environment() -> None:
     """Install the observers ``TUNEUP_OBSERVERS`` names, once per process.
 
-    A name that cannot be imported raises: whoever set the variable (tuneup's own tools)
-    must hear it, rather than run the script unobserved.
+    An entry that cannot be loaded (a typo, a module that is not installed, a factory that
+    fails) is one warning naming it and the fix; the script trains unobserved, as the
+    user's training must run whatever the environment holds.
     """
     global _environment_read
     if _environment_read:
@@ -141,8 +142,15 @@ def install_from_environment() -> None:
     _environment_read = True
     for entry in filter(None, (e.strip() for e in os.environ.get(ENV_OBSERVERS, "").split(","))):
         module, _, function = entry.partition(":")
-        factory = getattr(importlib.import_module(module), function or "install")
-        observer = factory()
+        try:
+            observer = getattr(importlib.import_module(module), function or "install")()
+        except Exception as exc:  # noqa: BLE001 - any failure of someone else's code
+            from tuneup.settings.store import warn
+
+            warn(f"{ENV_OBSERVERS} names {entry!r}, which cannot be loaded "
+                 f"({type(exc).__name__}: {exc}); training runs without it: fix or unset "
+                 f"{ENV_OBSERVERS}")
+            continue
         if observer is not None:
             install(observer)
 
