@@ -15,9 +15,12 @@ CORPUS = Path(__file__).parents[1] / "data" / "doctor-corpus"
 CASES = sorted(p.name for p in CORPUS.glob("case*"))
 
 
-def load(case: str) -> tuple[dict, object]:
+def load(case: str, with_symptom: bool = True) -> tuple[dict, object]:
+    """The report as pasted with the error the user saw (the case's symptom) below it, as a
+    user pastes both; many reports are cut before the error."""
     meta = json.loads((CORPUS / case / "meta.json").read_text())
-    return meta, read_report((CORPUS / case / "collect_env.txt").read_text())
+    text = (CORPUS / case / "collect_env.txt").read_text()
+    return meta, read_report(text + "\n\n" + meta["symptom"] if with_symptom else text)
 
 
 def test_corpus_is_present() -> None:
@@ -54,7 +57,7 @@ OTHER = [
 @pytest.mark.parametrize("case", OTHER)
 def test_other_cases_need_the_requested_version(case: str) -> None:
     """Without --torch the report alone does not settle Python support: no error is invented."""
-    _, snapshot = load(case)
+    _, snapshot = load(case, with_symptom=False)
     diagnosis = diagnose(snapshot)
     assert not any(
         f.category == "python-unsupported" and f.severity == "error" for f in diagnosis.findings
@@ -77,3 +80,22 @@ def test_more_real_reports(name: str) -> None:
     diagnosis = diagnose(read_report((READER_SAMPLES / name).read_text()))
     errors = {f.category for f in diagnosis.findings if f.severity == "error"}
     assert errors == SAMPLE_EXPECT[name], [f.message for f in diagnosis.findings]
+
+
+def _right(case: str, with_symptom: bool) -> tuple[bool, bool]:
+    """(the diagnosis holds the thread's categories, it claims an error the thread did not)."""
+    meta, snapshot = load(case, with_symptom)
+    diagnosis = diagnose(snapshot)
+    expect = meta["expect"]
+    errors = {f.category for f in diagnosis.findings if f.severity == "error"}
+    right = diagnosis.errors == 0 if expect == ["healthy"] else (
+        set(expect) <= {f.category for f in diagnosis.findings})
+    return right, bool(errors - set(expect))
+
+
+def test_the_report_alone_is_right_on_nine_in_ten_and_claims_few_false_errors() -> None:
+    """Many pastes stop before the error; the report alone must still carry the diagnosis."""
+    scored = [case for case in CASES if case not in OTHER]
+    results = [_right(case, with_symptom=False) for case in scored]
+    assert sum(right for right, _ in results) >= 0.9 * len(scored)
+    assert sum(false for _, false in results) <= 0.03 * len(scored)

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from tuneup.doctor.findings import REGISTRY
 from tuneup.doctor.messages import MESSAGES, recognised, requested_torch
 from tuneup.doctor.readers import ReportError, read_report
 from tuneup.doctor.rules import diagnose
 
+CATEGORIES = {entry.category for entry in REGISTRY.values()}
 PASTED = {  # error text as torch, pip, NCCL or HIP print it -> the category a diagnosis must hold
     "RuntimeError: cuDNN version incompatibility: PyTorch was compiled against (9, 1, 0) but "
     "found runtime version (8, 9, 2). PyTorch already comes bundled with cuDNN.": "cudnn-mismatch",
@@ -30,27 +32,28 @@ def test_a_pasted_error_alone_is_read_and_diagnosed(text: str) -> None:
     assert PASTED[text] in {f.category for f in diagnosis.findings}
 
 
-def test_every_registered_message_makes_text_evidence() -> None:
-    samples = {
-        "cudnn-incompatibility": "cuDNN version incompatibility: PyTorch was compiled ...",
-        "pip-no-matching-distribution": "ERROR: No matching distribution found for torch==2.0.0",
-        "pip-no-version": "ERROR: Could not find a version that satisfies the requirement torch",
-        "driver-insufficient": "CUDA driver version is insufficient for CUDA runtime version",
-        "driver-too-old": "The NVIDIA driver on your system is too old (found version 10020)",
-        "no-kernel-image": "no kernel image is available for execution on the device",
-        "capability-not-compatible": "GPU with CUDA capability sm_120 is not compatible",
-        "no-nvidia-driver": "Found no NVIDIA driver on your system. Please check",
-        "not-compiled-with-cuda": "AssertionError: Torch not compiled with CUDA enabled",
-        "nccl-system-error": "ncclSystemError: unhandled system error",
-        "nccl-graph-capture": "NCCL cannot be captured in a graph",
-        "nccl-undefined-symbol": "libtorch_cuda.so: undefined symbol: ncclCommRegister",
-        "hip-invalid-device-function": "hipErrorInvalidDeviceFunction",
-        "cuda-initialization": "UserWarning: CUDA initialization: Unexpected error",
-    }
-    assert set(samples) == {m.name for m in MESSAGES}
-    for name, text in samples.items():
-        assert name in recognised(text), name
-        read_report(text)  # accepted, not refused
+@pytest.mark.parametrize("message", MESSAGES, ids=lambda m: m.name)
+def test_every_registered_message_has_a_source_a_fix_and_is_evidence(message) -> None:
+    assert message.source and message.fix and message.means
+    assert message.category in CATEGORIES and message.severity in ("error", "warning", "info")
+    assert message.name in recognised(message.example)
+    read_report(message.example)  # accepted, not refused
+
+
+@pytest.mark.parametrize("message", MESSAGES, ids=lambda m: m.name)
+def test_a_known_message_alone_is_placed_in_its_category(message) -> None:
+    """Pasted on its own, every registered text gives a finding of its category (from the
+    rule that knows most, or the pasted-errors rule); a program's fault is said as such."""
+    diagnosis = diagnose(read_report(message.example))
+    assert message.category in {f.category for f in diagnosis.findings}, message.example
+
+
+def test_the_registry_covers_every_cuda_runtime_and_driver_error() -> None:
+    origins = {m.origin for m in MESSAGES}
+    assert {"cuda-runtime", "cuda-driver", "torch", "nccl", "hip", "pip", "uv", "container",
+            "windows"} <= origins
+    assert len(MESSAGES) >= 250
+    assert sum(m.origin == "cuda-runtime" for m in MESSAGES) >= 100
 
 
 @pytest.mark.parametrize(

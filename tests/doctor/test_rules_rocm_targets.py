@@ -134,6 +134,10 @@ NAMES = [
     ("AMD Radeon RX 6600", "gfx1032"),
     ("AMD Radeon RX 6500 XT", "gfx1034"),
     ("AMD Radeon RX 5700 XT", "gfx1010"),
+    ("Radeon 5700XT", "gfx1010"),  # the RX and the space dropped, as people write it
+    ("Radeon RX 580 Series", "gfx803"),
+    ("AMD Radeon R9 Fury X", "gfx803"),
+    ("AMD Radeon RX 6700S", "gfx1032"),
     ("AMD Radeon RX 5600 XT", "gfx1010"),
     ("AMD Radeon RX 5500 XT", "gfx1012"),
     ("Radeon RX Vega 64", "gfx900"),

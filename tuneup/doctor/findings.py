@@ -30,6 +30,7 @@ AREAS = {
     "python": "Python",
     "performance": "Performance",
     "cpu": "CPU side",
+    "program": "The program, not the environment",
 }
 
 _CODES = [
@@ -53,6 +54,8 @@ _CODES = [
         "CPU-only PyTorch next to a CUDA toolkit or CUDA libraries",
     ),
     Code("TU105", "torch-not-installed", "build", "PyTorch is not installed"),
+    Code("TU107", "arch-unsupported", "build", "a pasted error says the build lacks kernels for the GPU"),
+    Code("TU108", "cpu-only-build", "build", "a pasted error says the build has no GPU support"),
     Code(
         "TU106",
         "arch-unsupported",
@@ -71,6 +74,7 @@ _CODES = [
         "driver",
         "the build runs through CUDA minor-version compatibility",
     ),
+    Code("TU203", "driver-too-old", "driver", "a pasted error says the driver is too old"),
     Code(
         "TU301",
         "cudnn-mismatch",
@@ -87,6 +91,7 @@ _CODES = [
     Code(
         "TU304", "cudnn-mismatch", "cudnn", "a system cuDNN of the same major beside torch's pip cuDNN"
     ),
+    Code("TU305", "cudnn-mismatch", "cudnn", "a pasted error says cuDNN (or a CUDA library) is not the one torch needs"),
     Code("TU401", "nccl-problem", "nccl", "NCCL wheels for two CUDA majors are installed"),
     Code("TU402", "nccl-problem", "nccl", "the loaded libnccl lacks a symbol PyTorch needs"),
     Code(
@@ -97,6 +102,7 @@ _CODES = [
     Code("TU406", "nccl-problem", "nccl", "the NCCL wheel is older than the one torch pins"),
     Code("TU407", "nccl-problem", "nccl", "the NCCL cannot be captured in CUDA graphs"),
     Code("TU408", "nccl-problem", "nccl", "NCCL reported an unhandled system error"),
+    Code("TU409", "nccl-problem", "nccl", "a pasted error from NCCL or torch.distributed"),
     Code("TU420", "rendezvous-failed", "nccl", "local ranks could not rendezvous"),
     Code(
         "TU421",
@@ -135,6 +141,7 @@ _CODES = [
         "visibility",
         "a CUDA build sees no GPU and nothing in the input explains why",
     ),
+    Code("TU505", "no-gpu-visible", "visibility", "a pasted error says CUDA sees no usable GPU"),
     Code("TU601", "rocm-build", "rocm", "an AMD GPU with a CUDA build of PyTorch"),
     Code("TU602", "rocm-build", "rocm", "a ROCm build of PyTorch on an NVIDIA machine"),
     Code("TU603", "rocm-build", "rocm", "an AMD GPU with a CPU-only build of PyTorch"),
@@ -145,6 +152,7 @@ _CODES = [
         "rocm",
         "the ROCm wheel line ships no kernels for the AMD GPU's gfx target",
     ),
+    Code("TU606", "rocm-build", "rocm", "a pasted HIP error says the ROCm build lacks the GPU's target"),
     Code(
         "TU701", "python-unsupported", "python", "no PyTorch wheel of this release for this Python"
     ),
@@ -157,6 +165,8 @@ _CODES = [
     Code(
         "TU703", "python-unsupported", "python", "a Python other than CPython (PyPy, GraalPy...)"
     ),
+    Code("TU705", "python-unsupported", "python", "a 32-bit Python (PyTorch has no 32-bit wheels)"),
+    Code("TU704", "python-unsupported", "python", "a pasted installer error says no torch wheel fits this Python or platform"),
     Code("TU801", "pcie-link", "performance", "a GPU's PCIe link runs below its maximum width"),
     Code(
         "TU802", "pcie-link", "performance", "a GPU's PCIe link runs below its maximum generation"
@@ -176,6 +186,7 @@ _CODES = [
     Code("TU903", "cpu-features", "cpu", "usable CPU cores"),
     Code("TU904", "cpu-features", "cpu", "shared memory for DataLoader workers"),
     Code("TU905", "gpu-features", "performance", "GPU precision features (bf16, TF32, fp8)"),
+    Code("TU960", "program-error", "program", "a pasted error is the program's fault, not the environment's"),
 ]
 
 REGISTRY: dict[str, Code] = {c.code: c for c in _CODES}

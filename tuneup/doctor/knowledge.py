@@ -213,6 +213,7 @@ def normalise_gpu_name(name: str) -> str:
     ``"NVIDIA A100-SXM4-80GB"`` → ``"a100"``.
     """
     words = re.sub(r"[^a-z0-9]+", " ", name.lower())
+    words = re.sub(r"\b(fx|gtx|rtx|gts|gt|nvs)(\d)", r"\1 \2", words)  # "Quadro FX580"
     words = re.sub(r" +", " ", _NAME_NOISE.sub(" ", words)).strip()
     return _REGIONAL_SUFFIX.sub("", words)
 
@@ -284,6 +285,22 @@ def _arch_rows() -> dict[CC, Arch]:
 def architecture(cc: str) -> Arch | None:
     key = cc_tuple(cc)
     return _arch_rows().get(key) if key else None
+
+
+def targetable_sibling(cc: str, cuda: str) -> str | None:
+    """The newest CC of the same major below ``cc`` that a CUDA ``cuda`` toolkit can target,
+    whose SASS runs on ``cc`` (``8.6`` for an ``8.9`` GPU under CUDA 11.7), or None; never for
+    integrated parts, which need their exact target."""
+    gpu, have = cc_tuple(cc), versions.major_minor(cuda)
+    rows = _arch_rows()
+    if gpu is None or have is None or (rows.get(gpu) and rows[gpu].integrated):
+        return None
+    fitting = [key for key, row in rows.items()
+               if key[0] == gpu[0] and key < gpu and not row.integrated
+               and versions.major_minor(row.first_cuda) is not None
+               and versions.major_minor(row.first_cuda) <= have
+               and (not row.last_cuda or have <= versions.major_minor(row.last_cuda))]
+    return f"{max(fitting)[0]}.{max(fitting)[1]}" if fitting else None
 
 
 def arch_covers(
@@ -377,6 +394,14 @@ def _variants() -> dict[tuple[str, str, str], Variant]:
             r["source"],
         )
     return table
+
+
+def oldest_cc_any_release_runs() -> CC | None:
+    """The lowest compute capability any CUDA wheel in the tables has SASS for: a GPU below
+    it has no kernels in any published PyTorch, whatever the build."""
+    ccs = [cc for row in _variants().values() for entry in row.arches
+           if (cc := cc_tuple(entry)) is not None]
+    return min(ccs) if ccs else None
 
 
 def variant(release: str, name: str, platform: str = "linux") -> Variant | None:

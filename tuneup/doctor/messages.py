@@ -1,59 +1,71 @@
-"""The error and warning texts the doctor recognises, one registry for readers and rules.
+"""The error and warning texts the doctor recognises: one registry for readers and rules.
 
-People paste what they have: a few collect_env lines, or only the error torch, pip, NCCL or HIP
-printed. Each known message is evidence in its own right; readers accept any text holding one,
-and rules look them up by name instead of keeping their own copy of the pattern.
+People paste what they have: a few collect_env lines, or only the error torch, pip, uv, NCCL,
+HIP, Windows or a container runtime printed. Each known text is evidence in its own right:
+readers accept any text holding one, rules look them up by name instead of keeping their own
+copy of the pattern, and :mod:`tuneup.doctor.rules.pasted` turns a text no other rule explains
+into a finding of its category (or says it is a fault of the program, not the environment).
+
+Two data files hold the texts, each row with its category, cause, fix and source:
+``data/messages.csv`` (written from torch's, NCCL's, HIP's, the installers' and the container
+toolkit's sources) and ``data/cuda_errors.csv`` (every ``cudaError_t`` and ``CUresult``,
+harvested from a CUDA toolkit by ``scripts/harvest_cuda_errors.py``).
 """
 
 from __future__ import annotations
 
+import csv
 import re
 from dataclasses import dataclass
+from pathlib import Path
+
+DATA_DIR = Path(__file__).parent / "data"
+MIN_BARE_TEXT = 30  # a cudaGetErrorString text this long is specific enough without a prefix
+SCANNED_CHARS = 1 << 16  # of one pasted block: a message is a line or a few, not megabytes
 
 
 @dataclass(frozen=True)
 class Message:
     name: str
+    origin: str  # who prints it: torch, nccl, pip, cuda-runtime, ...
     pattern: re.Pattern[str]
-    means: str  # what the message says, for the docs and the "evidence" of a finding
+    category: str  # a finding category, or "program-error" (not the environment's fault)
+    severity: str  # what the text alone proves: "error", a lead ("warning"), or "info"
+    means: str  # the cause, for the finding and the docs
+    fix: str
+    source: str
+    example: str  # a real text it matches: the registry's own test reads each one
 
 
-def _message(name: str, pattern: str, means: str) -> Message:
-    return Message(name, re.compile(pattern, re.IGNORECASE), means)
+def _curated() -> list[Message]:
+    with open(DATA_DIR / "messages.csv", newline="", encoding="utf-8") as handle:
+        return [Message(row["name"], row["origin"], re.compile(row["pattern"], re.IGNORECASE),
+                        row["category"], row["severity"], row["cause"], row["fix"], row["source"],
+                        row["example"])
+                for row in csv.DictReader(handle)]
 
 
-MESSAGES = (
-    _message("cudnn-incompatibility", r"cuDNN version incompatibility",
-             "torch loaded a cuDNN other than the one it was compiled against"),
-    _message("pip-no-matching-distribution",
-             r"No matching distribution found for (?:torch|pytorch)\b",
-             "pip found no torch wheel for this Python, platform or index"),
-    _message("pip-no-version", r"Could not find a version that satisfies the requirement "
-             r"(?:torch|pytorch)\b", "pip found no torch wheel for this Python, platform or index"),
-    _message("driver-insufficient", r"CUDA driver version is insufficient",
-             "the driver is older than the CUDA runtime of the build"),
-    _message("driver-too-old", r"driver on your system is too old",
-             "the driver is older than the CUDA runtime of the build"),
-    _message("no-kernel-image", r"no kernel image is available",
-             "the build has no kernels for the GPU's architecture"),
-    _message("capability-not-compatible", r"with CUDA capability sm_\d+ is not compatible",
-             "the build has no kernels for the GPU's architecture"),
-    _message("no-nvidia-driver", r"Found no NVIDIA driver on your system",
-             "torch cannot reach an NVIDIA driver"),
-    _message("not-compiled-with-cuda", r"Torch not compiled with CUDA enabled",
-             "a CPU-only build of torch"),
-    _message("nccl-system-error", r"unhandled system error",
-             "NCCL failed on a system call (shared memory, network, or peer access)"),
-    _message("nccl-graph-capture", r"NCCL cannot be captured in a graph",
-             "the loaded NCCL was built with a CUDA runtime too old for CUDA graphs"),
-    _message("nccl-undefined-symbol", r"undefined symbol:?\s*(?P<symbol>nccl\w+)",
-             "a libnccl older than the one torch was built against was loaded"),
-    _message("hip-invalid-device-function",
-             r"invalid device function|hipErrorInvalidDeviceFunction|HIP error: invalid device",
-             "the ROCm build has no kernels for the AMD GPU's gfx target"),
-    _message("cuda-initialization", r"CUDA initialization: |cudaGetDeviceCount\(\)",
-             "CUDA failed to initialise"),
-)
+def _cuda_codes() -> list[Message]:
+    """A code is recognised by its name (``cudaErrorNoDevice``, ``CUDA_ERROR_NO_DEVICE``), or
+    by its text after ``CUDA error:`` / ``Error 804:`` (a long text also on its own)."""
+    with open(DATA_DIR / "cuda_errors.csv", newline="", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    found = []
+    for row in rows:
+        forms = [rf"\b{row['name']}\b"]
+        if row["text"]:
+            text = re.escape(row["text"])
+            forms.append(rf"(?:CUDA (?:driver )?error|Error {row['code']}):? {text}")
+            if len(row["text"]) >= MIN_BARE_TEXT:
+                forms.append(text)
+        example = f"CUDA error: {row['text']}" if row["text"] else f"error {row['name']}"
+        found.append(Message(row["name"], row["api"], re.compile("|".join(forms), re.IGNORECASE),
+                             row["category"], row["severity"], row["cause"], row["fix"],
+                             row["source"], example))
+    return found
+
+
+MESSAGES = tuple(_curated()) + tuple(_cuda_codes())
 BY_NAME = {message.name: message for message in MESSAGES}
 PIP_REQUEST = r"(?:No matching distribution found for|satisfies the requirement)\s+"
 REQUESTED_TORCH = re.compile(
@@ -63,6 +75,7 @@ REQUESTED_TORCH = re.compile(
 
 def recognised(text: str) -> list[str]:
     """Names of the known messages ``text`` holds, in registry order."""
+    text = text[:SCANNED_CHARS]
     return [message.name for message in MESSAGES if message.pattern.search(text)]
 
 

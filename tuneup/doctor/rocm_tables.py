@@ -96,6 +96,20 @@ def rocm_targets(variant: str | None, release: str | None = None) -> RocmTargets
         for row in rows:
             if any(versions.major_minor(rel) == wanted for rel in row.releases):
                 return row
+    return merged(rows)
+
+
+def of_rocm(rocm: str) -> RocmTargets | None:
+    """Every wheel line of ROCm ``rocm`` (``"6.2"`` covers rocm6.2 and rocm6.2.4) merged, for
+    a build that states its HIP version but not its torch release."""
+    wanted = versions.major_minor(rocm)
+    rows = [row for row in _rocm_rows() if versions.major_minor(row.rocm) == wanted]
+    return merged(rows) if rows else None
+
+
+def merged(rows: list[RocmTargets]) -> RocmTargets:
+    """One line from several: ``targets`` what all ship, ``possible`` what any ships; never
+    verified (which wheel it is, is not known)."""
     common = [t for t in rows[0].targets if all(t in row.targets for row in rows)]
     union: list[str] = []
     for row in rows:
@@ -139,8 +153,11 @@ _AMD_NAME_NOISE = re.compile(r"\b(?:amd|ati|tm|r|\d+ ?gb)\b")
 
 
 def normalise_amd_name(name: str) -> str:
-    """``"AMD Radeon(TM) RX 7900 XTX 24GB"`` -> ``"radeon rx 7900 xtx"``."""
+    """``"AMD Radeon(TM) RX 7900 XTX 24GB"`` -> ``"radeon rx 7900 xtx"``; ``"Radeon 5700XT"``
+    -> ``"radeon rx 5700 xt"`` (people drop the RX and the space)."""
     words = re.sub(r"[^a-z0-9]+", " ", name.lower())
+    words = re.sub(r"(\d)(xtx|xt|gre)\b", r"\1 \2", words)  # "5700xt"
+    words = re.sub(r"\bradeon (\d{4} (?:xtx|xt|gre))\b", r"radeon rx \1", words)  # "Radeon 5700 XT"
     return re.sub(r" +", " ", _AMD_NAME_NOISE.sub(" ", words)).strip()
 
 

@@ -119,6 +119,10 @@ def _read_platform(fields: dict[str, str], snap: Snapshot) -> None:
     plat = snap.platform
     plat.python_version = _first_version(fields.get("python"))
     plat.python_implementation = _implementation(fields.get("python", ""))
+    bits = re.search(r"\((\d\d)-bit runtime\)|\b(\d\d) bit \((?:AMD64|Intel|ARM64|ARM)\)",
+                     fields.get("python", ""))
+    if bits:
+        plat.python_bits = int(bits.group(1) or bits.group(2))
     if known(fields.get("os")):
         plat.os = fields["os"]
     python_platform = fields.get("python_platform", "")

@@ -9,6 +9,7 @@ from tuneup.doctor.rules import (
     cudnn,
     driver,
     nccl,
+    pasted,
     performance,
     python,
     rocm,
@@ -17,8 +18,8 @@ from tuneup.doctor.rules import (
 from tuneup.doctor.rules.context import Context, Diagnosis
 from tuneup.machine.snapshot import Snapshot
 
-# Order matters: visibility reads the driver's findings.
-RULES = (build, driver, cudnn, nccl, visibility, rocm, python, performance, cpu)
+# Order matters: visibility reads the driver's findings; pasted says what no other rule placed.
+RULES = (build, driver, cudnn, nccl, visibility, rocm, python, performance, cpu, pasted)
 
 
 def diagnose(

@@ -11,6 +11,9 @@ from tuneup.machine import versions
 
 AREA = "build"
 NO_KERNEL_IMAGE = "no kernel image is available for execution on the device"
+JETPACK_FIX = ("install NVIDIA's PyTorch for JetPack (a '+nv' wheel matching the JetPack "
+               "release: https://docs.nvidia.com/deeplearning/frameworks/install-pytorch-jetson-"
+               "platform/), or use the l4t-pytorch / jetson-containers image")
 
 
 def check(ctx: Context) -> None:
@@ -29,6 +32,24 @@ def check(ctx: Context) -> None:
         ctx.skip(AREA, f"whether {build.label} is a CUDA build (not stated)")
     if build.kind != "cuda":
         _no_kernel_message(ctx)  # the message is evidence even when the build is unknown
+    if build.kind in ("cuda", None) and not ctx.has("arch-unsupported"):
+        _older_than_every_release(ctx)
+
+
+def _older_than_every_release(ctx: Context) -> None:
+    """A GPU below the oldest architecture any published wheel has kernels for cannot run any
+    PyTorch build, so it needs no build facts to be an error."""
+    oldest = kb.oldest_cc_any_release_runs()
+    for gpu in ctx.nvidia_gpus:
+        cc = kb.cc_tuple(gpu.cc or "")
+        if cc is None or oldest is None or cc >= oldest or gpu.cc_guessed:
+            continue
+        arch = kb.architecture(gpu.cc or "")
+        ctx.add("TU101", ERROR,
+                f"{gpu.name} is compute capability {gpu.cc}"
+                f"{f' ({arch.name})' if arch else ''}: no published PyTorch wheel has kernels "
+                f"for it (the oldest any has is {oldest[0]}.{oldest[1]}).",
+                "use a newer GPU (or the CPU); no PyTorch release runs on this one")
 
 
 def _not_installed(ctx: Context) -> None:
@@ -55,7 +76,9 @@ def _cpu_only(ctx: Context) -> None:
             if wheel
             else "install a CUDA build from https://pytorch.org/get-started/locally/"
         )
-        if conda or (build.version and "+" not in build.version and ctx.os_family == "linux"):
+        if ctx.jetson_gpus:
+            fix = JETPACK_FIX
+        elif conda or (build.version and "+" not in build.version and ctx.os_family == "linux"):
             fix += f" (conda: remove cpuonly and pin the CUDA build, 'pytorch={build.base_version}=*cuda*')"
         severity = WARNING if build.assumed else ERROR
         ctx.add(
@@ -81,6 +104,15 @@ def _cpu_only(ctx: Context) -> None:
             f"{build.label} is a CPU-only build ({build.basis}) while {hints} is installed: "
             "it cannot use an NVIDIA GPU.",
             fix,
+        )
+    elif ctx.snap.gpus is None and ctx.snap.source != "live":
+        ctx.add(
+            "TU104",
+            WARNING,
+            f"{build.label} is a CPU-only build ({build.basis}); the report lists no GPU, which "
+            "does not mean the machine has none: this build can use no NVIDIA GPU.",
+            "check with nvidia-smi; on a machine with an NVIDIA GPU install a CUDA build (tuneup "
+            "doctor there names the index that fits its GPU and driver)",
         )
     else:
         ctx.ok(AREA, f"{build.label} is a CPU build and no NVIDIA GPU was found")
@@ -131,6 +163,12 @@ def _toolkit_cannot_target(ctx: Context, gpu: GpuFact) -> bool:
     if build.kind != "cuda" or have is None or arch is None:
         return False
     first, last = versions.major_minor(arch.first_cuda), versions.major_minor(arch.last_cuda)
+    sibling = kb.targetable_sibling(cc, build.cuda or "")
+    if first is not None and have < first and sibling:
+        ctx.skip(AREA, f"{gpu.name} (CC {cc}): CUDA {build.cuda} cannot target it, but it runs "
+                       f"sm_{sibling.replace('.', '')} kernels (same major) if {build.label} "
+                       "carries them: its arch list is unknown")
+        return True
     if first is not None and have < first:
         reason = f"which cannot target it (the first toolkit that can is CUDA {arch.first_cuda})"
     elif last is not None and have > last:

@@ -27,6 +27,14 @@ CAPABILITY_WARNINGS = (  # torch's warnings name the GPU and its CC even when th
 )
 
 
+def _line_around(text: str, match: re.Match[str]) -> str:
+    """The matched text, widened to its line when that line is short (the whole message)."""
+    start = text.rfind("\n", 0, match.start()) + 1
+    end = text.find("\n", match.end())
+    line = text[start:end if end >= 0 else len(text)]
+    return line if len(line) <= 200 else match.group(0)
+
+
 @dataclass
 class Diagnosis:
     """Everything the rules concluded: findings, checks that passed, checks that could not run."""
@@ -115,6 +123,7 @@ class Context:
         self.requested_torch = requested_torch
         self.requested_python = requested_python
         self.diagnosis = Diagnosis()
+        self.settled: set[str] = set()  # categories a rule proved fine from facts (see pasted)
 
     # -- outcome --------------------------------------------------------------------
 
@@ -172,6 +181,22 @@ class Context:
         if self.snap.torch.init_error:
             parts.append(self.snap.torch.init_error)
         return "\n".join(parts)
+
+    @cached_property
+    def pasted_messages(self) -> list[tuple[messages.Message, str]]:
+        """Each known message in the pasted text, with the text it matched, in registry order
+        (the curated texts before the bare CUDA codes)."""
+        found = []
+        for message in messages.MESSAGES:
+            match = message.pattern.search(self.all_messages)
+            if match:
+                found.append((message, _line_around(self.all_messages, match)))
+        return found
+
+    def message_says(self, category: str) -> bool:
+        """A pasted message places the fault in ``category`` (a rule that would otherwise call
+        the failure unexplained defers to it)."""
+        return any(message.category == category for message, _ in self.pasted_messages)
 
     # -- GPUs and driver ----------------------------------------------------------
 
@@ -299,6 +324,10 @@ class Context:
                 return make("cuda", None, "torch's own CUDA arch list")
             if messages.says(self.all_messages, "not-compiled-with-cuda"):
                 return make("cpu", None, "torch's own error 'Torch not compiled with CUDA enabled'")
+        if not requested and self._jetson_without_jetpack_build(version):
+            return make("cpu", None, "PyPI's and pytorch.org's aarch64 wheels carry no Jetson "
+                        "build (only NVIDIA's JetPack wheels, versions with '+nv', do)",
+                        assumed=True)
         conda = "pytorch" in (self.snap.conda_packages or {}) and not requested
         if release is None or conda or not version or versions.is_custom_build(version):
             return make(None, None, "unknown")
@@ -310,6 +339,19 @@ class Context:
         if name == "cpu":
             return make("cpu", None, basis, assumed=True)
         return make("cuda", versions.cuda_from_tag(name), basis, assumed=True)
+
+    def _jetson_without_jetpack_build(self, version: str | None) -> bool:
+        """A Jetson (integrated) GPU with an unsuffixed torch that states no CUDA of its own:
+        the generic aarch64 wheel, which cannot use the Jetson's GPU."""
+        if not version or versions.local(version) or self.snap.torch.cuda_available:
+            return False
+        return bool(self.jetson_gpus)
+
+    @property
+    def jetson_gpus(self) -> list[GpuFact]:
+        """NVIDIA GPUs of an integrated (Jetson) architecture: only JetPack builds run there."""
+        return [gpu for gpu in self.nvidia_gpus
+                if gpu.cc and (arch := kb.architecture(gpu.cc)) and arch.integrated]
 
     def variant_row(self, version: str, variant: str) -> kb.Variant | None:
         release = kb.torch_release(version)

@@ -27,6 +27,13 @@ def check(ctx: Context) -> None:
             "(or conda create -n torch python=3.12), then install torch there",
         )
         return
+    if ctx.snap.platform.python_bits == 32:
+        ctx.add("TU705", ERROR,
+                f"the interpreter is a 32-bit Python {python}: PyTorch has never published "
+                "32-bit wheels, so pip finds no torch (or only the old 0.1.2 placeholder).",
+                "install 64-bit Python (python.org's Windows installer (64-bit), or "
+                f"uv venv --python {_cpython_for(python)}), then create the environment again")
+        return
     py = versions.major_minor(python)
     if build.release is None:
         if build.version is None:
@@ -36,6 +43,7 @@ def check(ctx: Context) -> None:
         return
     release = build.release
     if kb.python_supported(release, python, ctx.os_family):
+        ctx.settled.add("python-unsupported")
         ctx.ok(
             AREA,
             f"Python {python} is supported by torch {release.release} "

@@ -163,8 +163,12 @@ def _rocm_line(ctx: Context) -> tuple[rocm_tables.RocmTargets, bool] | str:
         return line, True
     hip = None if build.requested else ctx.snap.torch.hip
     hip_mm = versions.major_minor(hip)
-    if hip_mm is None or release is None or not build.is_published_wheel:
+    custom = build.version is not None and not build.is_published_wheel
+    if hip_mm is None or custom:
         return f"which gfx targets {build.label} ships is not known (no +rocm suffix to look up)"
+    if release is None:  # every wheel of that ROCm line: a target none ships is missing
+        line = rocm_tables.of_rocm(hip)
+        return (line, False) if line is not None else f"no gfx target list for ROCm {hip}"
     wanted = versions.major_minor(release)
     names = {
         row.variant

@@ -23,6 +23,12 @@ def check(ctx: Context) -> None:
     if ctx.build.requested or ctx.build.kind not in ("cuda", None):
         return
     if not ctx.nvidia_present:
+        if _hidden_by_visible_devices(ctx) == "hides every GPU":
+            ctx.add("TU502", WARNING,
+                    f"CUDA_VISIBLE_DEVICES={ctx.env('CUDA_VISIBLE_DEVICES')!r} hides every GPU "
+                    "from torch.", "unset CUDA_VISIBLE_DEVICES, or list GPU indices or UUIDs "
+                    "(nvidia-smi -L)")
+            return
         _unexplained(ctx)
         return
     sees_none = torch.cuda_available is False or (
@@ -45,8 +51,8 @@ def check(ctx: Context) -> None:
         else:
             ctx.skip(AREA, "whether torch sees the GPU (the report does not say)")
         return
-    if ctx.has("driver-too-old"):
-        return  # the driver finding already explains it
+    if _explained(ctx):
+        return  # the driver finding or a pasted message already explains it
     what = ", ".join(g.name for g in ctx.nvidia_gpus) or f"driver {ctx.snap.driver.version}"
     build = f"{ctx.build.label} (CUDA {ctx.build.cuda})" if ctx.build.cuda else ctx.build.label
     head = f"{build} cannot see the NVIDIA GPU ({what}) that is present"
@@ -86,6 +92,13 @@ def check(ctx: Context) -> None:
     )
 
 
+def _explained(ctx: Context) -> bool:
+    """Another fault accounts for torch seeing no GPU: a finding, or a pasted message whose
+    category is that fault (:mod:`tuneup.doctor.rules.pasted` reports it)."""
+    causes = ("driver-too-old", "rocm-build", "cpu-only-build")
+    return any(ctx.has(cause) or ctx.message_says(cause) for cause in causes)
+
+
 def _hidden_by_visible_devices(ctx: Context) -> str:
     """Why CUDA_VISIBLE_DEVICES hides GPUs, or '' when it does not (or is unset/unknown)."""
     value = ctx.env("CUDA_VISIBLE_DEVICES")
@@ -113,9 +126,18 @@ def _unexplained(ctx: Context) -> None:
     only because it is the default Linux wheel says nothing of intent: a warning.
     """
     torch, build = ctx.snap.torch, ctx.build
+    if build.kind is None and torch.cuda_available is False and ctx.snap.gpus is None:
+        ctx.add("TU504", WARNING,
+                "torch reports no usable GPU (Is CUDA available: False), and the input names "
+                "neither the build nor a GPU: either no GPU is visible to it or the build is "
+                "CPU-only.",
+                "tell them apart: python -c 'import torch; print(torch.__version__, "
+                "torch.version.cuda)' (None means a CPU-only build) and nvidia-smi; then: "
+                + UNEXPLAINED_FIX)
+        return
     if build.kind != "cuda" or build.assumed or torch.cuda_available is not False:
         return
-    if ctx.snap.gpus == [] or ctx.has("driver-too-old") or ctx.has("rocm-build"):
+    if ctx.snap.gpus == [] or _explained(ctx):
         return  # known to have no GPU, or already explained
     conda = ctx.snap.conda_packages or {}
     chosen = (versions.local(build.version or "") or "").startswith("cu") or bool(

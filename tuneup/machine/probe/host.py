@@ -79,6 +79,7 @@ def probe_platform() -> Platform:
     return Platform(
         python_version=platform.python_version(),
         python_implementation=platform.python_implementation(),
+        python_bits=64 if sys.maxsize > 2**32 else 32,
         os=f"{name} ({platform.machine()})" if name else None,
         os_family=os_family,
         kernel=platform.release() or None,

@@ -1,0 +1,50 @@
+"""Pasted errors: a known message that no other rule explained becomes a finding of its own.
+
+Runs after every other rule. Those know more (versions, tables, the GPU), so a category they
+already reported is not repeated; what they could not place is still said, with the cause, the
+fix and the confirming command from the message registry (:mod:`tuneup.doctor.messages`). A
+message that is the program's fault, not the environment's, is said as such: the doctor never
+refuses text that holds a known line.
+"""
+
+from __future__ import annotations
+
+from tuneup.doctor.findings import ERROR, INFO, WARNING
+from tuneup.doctor.rules.context import Context
+
+CODES = {  # category -> the finding code for "a pasted message says so"
+    "arch-unsupported": "TU107",
+    "cpu-only-build": "TU108",
+    "driver-too-old": "TU203",
+    "cudnn-mismatch": "TU305",
+    "nccl-problem": "TU409",
+    "no-gpu-visible": "TU505",
+    "rocm-build": "TU606",
+    "python-unsupported": "TU704",
+    "program-error": "TU960",
+}
+EXPLAINED_BY = {  # a GPU torch cannot use is the symptom of these faults, not one of its own
+    "no-gpu-visible": ("driver-too-old", "cpu-only-build", "rocm-build", "arch-unsupported"),
+}
+SEVERITY = {"error": ERROR, "warning": WARNING, "info": INFO}
+EXCERPT = 120
+
+
+def check(ctx: Context) -> None:
+    said: set[str] = set()
+    for message, excerpt in ctx.pasted_messages:
+        category = message.category
+        code = CODES[category]
+        if category in said or ctx.has(category) or category in ctx.settled:
+            continue  # said already, or a rule with the facts proved that part fine
+        if any(ctx.has(cause) for cause in EXPLAINED_BY.get(category, ())):
+            continue
+        said.add(category)
+        ctx.add(code, SEVERITY[message.severity],
+                f"the pasted text says '{_short(excerpt)}': {message.means}.", message.fix)
+
+
+def _short(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= EXCERPT else text[:EXCERPT - 1] + "…"
+
