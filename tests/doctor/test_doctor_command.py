@@ -24,10 +24,9 @@ def test_report_with_an_error_exits_1_and_names_the_fix() -> None:
     result = invoke("--from", str(CORPUS / "case01" / "collect_env.txt"))
     assert result.exit_code == 1
     assert "TU101" in result.output and "✗" in result.output
-    assert (
-        "pip install torch==2.7.1 --index-url https://download.pytorch.org/whl/cu128"
-        in result.output
-    )
+    # the newest release with sm_120 kernels that the 570 driver runs (CUDA 12.8), for pip and uv
+    assert ("pip install torch==2.11.0 --index-url https://download.pytorch.org/whl/cu128 "
+            "(uv: uv pip install torch==2.11.0 --torch-backend=cu128)") in result.output
     assert "\x1b[" not in result.output  # plain text when not a terminal
 
 
@@ -49,7 +48,11 @@ def test_json_shape_and_round_trip() -> None:
     assert {"tuneup", "environment", "findings", "summary"} <= set(document)
     assert document["summary"]["errors"] >= 1 and "warnings" in document["summary"]
     for item in document["findings"]:
-        assert set(item) == {"code", "category", "severity", "message", "fix"}
+        assert {"code", "category", "severity", "message", "fix"} <= set(item)
+        if "install" in item:  # the fix's commands, for scripts
+            assert set(item["install"]) == {"pip", "uv"}
+            assert item["install"]["pip"] in item["fix"] and item["install"]["uv"] in item["fix"]
+    assert any("install" in item for item in document["findings"])
     again = invoke("--from", "-", "--format", "json", stdin=result.output)
     assert json.loads(again.output)["findings"] == document["findings"]
 

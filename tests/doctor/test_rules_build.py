@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from doctor_helpers import categories, codes, cuda_torch, machine, only, run
 
+from tuneup.doctor import knowledge as kb
+
 from tuneup.machine.snapshot import GPU, Snapshot, TorchBuild
 
 
@@ -13,9 +15,7 @@ def test_blackwell_on_a_pre_cu128_build_is_arch_unsupported() -> None:
     )
     assert found.severity == "error"
     assert "12.0" in found.message and "sm_90" in found.message
-    assert (
-        found.fix == "pip install torch==2.7.1 --index-url https://download.pytorch.org/whl/cu128"
-    )
+    assert found.fix == kb.install_fix_text("2.14.1", "cu132")  # the newest verified release
 
 
 def test_arch_list_from_torch_wins_over_tables() -> None:
@@ -34,7 +34,7 @@ def test_pascal_dropped_by_cu128_gets_the_cu126_build_of_the_same_release() -> N
         "TU101",
     )
     assert (
-        found.fix == "pip install torch==2.8.0 --index-url https://download.pytorch.org/whl/cu126"
+        found.fix == kb.install_fix_text("2.8.0", "cu126")
     )
 
 
@@ -260,3 +260,25 @@ def test_a_cc_guessed_from_the_gpu_series_only_warns_and_says_so() -> None:
         found = [f for f in diagnosis.findings if f.category == "arch-unsupported"]
         assert found and all(f.severity == "warning" for f in found), (torch, gpu)
         assert "guessed from its series" in found[0].message
+
+
+def test_the_install_fix_covers_every_gpu_of_the_machine_and_names_uv_too() -> None:
+    """An Ampere card beside a Blackwell one: the wheel named has kernels for both, not only
+    for the GPU the finding is about (uv's --torch-backend=auto looks at the driver only)."""
+    import re
+
+    found = only(run(machine(cuda_torch("2.5.1+cu121"), "590.48.01",
+                             ["NVIDIA GeForce RTX 5090", "NVIDIA GeForce RTX 3090"])), "TU101")
+    pip = re.search(r"torch==(\S+) --index-url https://download.pytorch.org/whl/(\w+)", found.fix)
+    assert pip and f"uv pip install torch=={pip.group(1)} --torch-backend={pip.group(2)}" in found.fix
+    row = kb.variant(".".join(pip.group(1).split(".")[:2]), pip.group(2))
+    assert row is not None
+    assert all(kb.arch_covers(row.arches, row.ptx, cc) for cc in ("12.0", "8.6"))
+
+
+def test_gpus_no_single_wheel_covers_get_one_environment_each() -> None:
+    found = only(run(machine(cuda_torch("2.5.1+cu121"), "590.48.01",
+                             ["NVIDIA GeForce RTX 5090", "NVIDIA GeForce GTX 1080 Ti"])), "TU101")
+    assert "no single published wheel has kernels for every GPU" in found.fix
+    assert 'TORCH_CUDA_ARCH_LIST="12.0;6.1"' in found.fix or 'TORCH_CUDA_ARCH_LIST="6.1;12.0"' in found.fix
+    assert "--torch-backend=" in found.fix

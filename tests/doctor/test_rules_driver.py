@@ -87,3 +87,17 @@ def test_insufficient_driver_error_text_without_a_driver_line() -> None:
         ],
     )
     assert "440.33" in only(run(snapshot), "TU201").fix
+
+
+def test_a_driver_branch_without_its_minor_is_read_and_judged_by_branch() -> None:
+    """A report written by hand often says only 'Nvidia driver version: 515'."""
+    from tuneup.doctor.readers import read_report
+    from tuneup.doctor.rules import diagnose
+
+    def judged(torch: str, driver: str):
+        return diagnose(read_report(f"PyTorch version: {torch}\nNvidia driver version: {driver}\n"))
+
+    assert read_report("Nvidia driver version: 515\n").driver.version == "515"
+    assert "driver-too-old" in categories(judged("2.0.0+cu118", "440"))  # below 11.x's 450.80
+    assert codes(judged("2.0.0+cu117", "515")) == set()  # 515 is CUDA 11.7's own branch
+    assert "TU202" in codes(judged("2.0.0+cu118", "515"))  # 11.8 came with 520: MVC

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from doctor_helpers import categories, cuda_torch, machine, only, run
 
+from tuneup.doctor import knowledge as kb
+
 
 def test_amd_gpu_with_default_pypi_wheel() -> None:
     snapshot = machine({"version": "2.4.1"}, None, ["AMD Radeon RX 6650 XT"], os="Linux")
     found = only(run(snapshot), "TU601")
     assert found.severity == "error"
     assert (
-        found.fix == "pip install torch==2.4.1 --index-url https://download.pytorch.org/whl/rocm6.1"
+        found.fix == kb.install_fix_text("2.4.1", "rocm6.1")
     )
 
 

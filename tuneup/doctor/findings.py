@@ -207,7 +207,11 @@ class Finding:
         return REGISTRY[self.code].area
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The fields, and ``install`` ({"pip": ..., "uv": ...}) when the fix installs torch."""
+        from tuneup.doctor.knowledge import INSTALL_FIX
+
+        found = INSTALL_FIX.search(self.fix)
+        return asdict(self) | ({"install": found.groupdict()} if found else {})
 
 
 def finding(code: str, severity: str, message: str, fix: str = "") -> Finding:

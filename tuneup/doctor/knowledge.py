@@ -457,3 +457,23 @@ def install_command(version: str, variant_name: str) -> str:
     return (
         f"pip install torch=={version} --index-url https://download.pytorch.org/whl/{variant_name}"
     )
+
+
+def uv_command(version: str, variant_name: str) -> str:
+    """The same wheel through uv, named explicitly: ``--torch-backend=auto`` picks the index
+    from the driver alone (a cu128 wheel without Pascal kernels for a GTX 1080 Ti)."""
+    mm = versions.major_minor(version) or (0, 0)
+    if mm < (1, 11):
+        return (f"uv pip install torch=={version}+{variant_name} "
+                f"--find-links https://download.pytorch.org/whl/torch_stable.html")
+    return f"uv pip install torch=={version} --torch-backend={variant_name}"
+
+
+INSTALL_FIX = re.compile(r"(?P<pip>pip install torch==\S+ (?:--index-url|-f) \S+) "
+                         r"\(uv: (?P<uv>uv pip install torch==\S+ \S+(?: \S+)?)\)")
+
+
+def install_fix_text(version: str, variant_name: str) -> str:
+    """What a finding's fix says: the pip command, then the uv one (:data:`INSTALL_FIX` reads
+    both back for the JSON report)."""
+    return f"{install_command(version, variant_name)} (uv: {uv_command(version, variant_name)})"

@@ -64,6 +64,12 @@ def _first_version(value: str | None) -> str | None:
     return match.group(0) if match else None
 
 
+def _driver_branch(raw: RawReport) -> str | None:
+    """``Nvidia driver version: 515``: a branch without its minor is still a driver fact."""
+    match = re.fullmatch(r"\s*(\d{3})\s*", raw.fields.get("driver") or "")
+    return match.group(1) if match and int(match.group(1)) >= 100 else None
+
+
 def _vendor(name: str) -> str | None:
     lowered = name.lower()
     for vendor, pattern in _VENDOR_NAMES:
@@ -365,7 +371,8 @@ def parse_collect_env(text: str) -> Snapshot | None:
     _read_platform(raw.fields, snap)
     _read_torch(raw, snap)
     _read_free_torch(text, snap)
-    snap.driver.version = _first_version(raw.fields.get("driver")) or snap.driver.version
+    snap.driver.version = (_first_version(raw.fields.get("driver")) or _driver_branch(raw)
+                           or snap.driver.version)
     snap.gpus = _gpus(raw, rocm=snap.torch.build == "rocm")
     _read_libraries(raw, snap)
     _read_cpu(raw, snap)

@@ -218,6 +218,12 @@ def _arch_one(
             need = kb.driver_requirement(versions.cuda_from_tag(wheel[1]) or "", ctx.driver_os)
             if need and need.floor_driver:
                 fix += f" (needs NVIDIA driver >= {need.floor_driver})"
+    elif (alone := find_wheel(ctx, cc=cc, start=build.release, every_gpu=False)) is not None:
+        others = sorted({g.cc for g in ctx.nvidia_gpus if g.cc} - {cc})
+        fix = (f"no single published wheel has kernels for every GPU here (CC {cc} and "
+               f"{', '.join(others)}): for this GPU {install_fix(ctx, *alone)}, in an "
+               "environment of its own; or build PyTorch from source with "
+               f"TORCH_CUDA_ARCH_LIST=\"{';'.join(sorted({cc, *others}))}\"")
     else:
         last = (
             f" with CUDA <= {arch.last_cuda} (the last toolkit that targets it)"

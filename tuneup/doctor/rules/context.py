@@ -274,6 +274,8 @@ class Context:
         driver = versions.release(self.snap.driver.version)
         floor = versions.release(need.floor_driver)
         if driver is not None and floor is not None:
+            if len(driver) == 1:  # a branch ("515"): the floor's own branch leaves it open
+                return None if driver[0] == floor[0] else driver[0] > floor[0]
             return driver >= floor
         known = self.driver_max_cuda
         if known is None:

@@ -51,7 +51,10 @@ def check(ctx: Context) -> None:
         _too_old(ctx, need, have)
         return
     ga = versions.release(need.ga_driver)
-    if need.minor_version_compat and driver and ga and versions.release(driver) < ga:
+    numbers = versions.release(driver) if driver else None
+    below_ga = numbers is not None and ga is not None and (
+        numbers[0] < ga[0] if len(numbers) == 1 else numbers < ga)  # a bare branch: by branch
+    if need.minor_version_compat and below_ga:
         ctx.add(
             "TU202",
             INFO,

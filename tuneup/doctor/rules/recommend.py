@@ -8,13 +8,12 @@ from tuneup.machine import versions
 
 
 def _search_order(start: kb.Release | None, same_release_only: bool) -> list[kb.Release]:
-    everything = list(kb.releases())
-    if start is None:
-        return everything[::-1]
-    if same_release_only:
+    """``start`` first, then the newest release whose table row is verified, then the rest."""
+    if start is not None and same_release_only:
         return [start]
-    index = everything.index(start)
-    return [start] + everything[index + 1 :] + everything[:index][::-1]
+    newest = list(kb.releases())[::-1]
+    others = [r for r in newest if r.verified] + [r for r in newest if not r.verified]
+    return ([start] if start else []) + [release for release in others if release is not start]
 
 
 def find_wheel(
@@ -22,10 +21,14 @@ def find_wheel(
     cc: str | None = None,
     start: kb.Release | None = None,
     same_release_only: bool = False,
+    every_gpu: bool = True,
 ) -> tuple[kb.Release, str] | None:
-    """(release, variant) nearest to ``start`` whose wheel covers ``cc``, runs on the driver
-    and exists for the machine's Python; None when no table row fits."""
+    """(release, variant): ``start`` (the user's pinned release) when one of its wheels fits,
+    else the newest release whose wheel covers ``cc`` and every other GPU of the machine, runs
+    on the driver and exists for the machine's Python; None when no table row fits."""
     platform = "windows" if ctx.os_family == "windows" else "linux"
+    others = {gpu.cc for gpu in ctx.nvidia_gpus if gpu.cc} if every_gpu else set()
+    ccs = {cc} | others if cc is not None else set()
     for release in _search_order(start, same_release_only):
         if ctx.python and not kb.python_supported(release, ctx.python, ctx.os_family):
             continue
@@ -35,9 +38,9 @@ def find_wheel(
         for name in newest_first:
             if ctx.driver_runs(versions.cuda_from_tag(name) or "") is False:
                 continue
-            if cc is not None:
+            if ccs:
                 row = kb.variant(release.release, name, platform)
-                if row is None or not kb.arch_covers(row.arches, row.ptx, cc):
+                if row is None or not all(kb.arch_covers(row.arches, row.ptx, c) for c in ccs):
                     continue
             return release, name
     return None
@@ -49,4 +52,4 @@ def install_fix(ctx: Context, release: kb.Release, variant: str) -> str:
     build = ctx.build
     same = build.release is not None and build.release.release == release.release
     version = build.base_version if same and build.base_version else release.latest
-    return kb.install_command(version, variant)
+    return kb.install_fix_text(version, variant)
