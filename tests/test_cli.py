@@ -66,3 +66,15 @@ def test_a_closed_standard_output_is_one_line_and_not_the_error_findings_code(ou
     assert process.returncode == 128 + signal.SIGPIPE
     lines = err.decode().strip().splitlines()
     assert len(lines) == 1 and "standard output was closed" in lines[0], err
+
+
+def test_help_names_every_command_with_an_example_in_the_order_users_meet_them():
+    from tuneup.cli import LazyGroup
+
+    result = CliRunner().invoke(main, ["--help"])
+    assert result.exit_code == 0
+    examples = [line.split()[1] for line in result.output.splitlines()
+                if line.strip().startswith("tuneup ") and len(line.split()) > 1]
+    assert set(LazyGroup.COMMANDS) <= set(examples)
+    first = [examples.index(name) for name in ("doctor", "autotune", "watch")]
+    assert first == sorted(first)

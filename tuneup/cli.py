@@ -108,10 +108,17 @@ def _hint(command: str | None, exc: click.ClickException) -> str:
 def main() -> None:
     """Make PyTorch training fast on the machine it lands on.
 
+    In the order you meet them: diagnose, tune, run, watch.
+
     \b
-    tuneup doctor              diagnose this machine's GPU / CUDA / PyTorch stack
-    tuneup doctor --from F     diagnose a `python -m torch.utils.collect_env` report
-    tuneup autotune train.py   tune the training script's loader, batch, AMP, compile
+    tuneup doctor                      is this machine's driver / CUDA / PyTorch stack right?
+    tuneup doctor --from report.txt    the same for a pasted collect_env report or error
+    tuneup autotune train.py -- ARGS   probe the script, write train.tuneup.json
+    python train.py                    tuned_loader / tuned_loop apply that file
+    tuneup watch -- python train.py    why the job trains at the speed it does, live
+    tuneup watch --daemon              the same for every training job on the machine
+
+    Each command's --help says more; docs/ has a walk-through from a slow job to a fast one.
     """
 
 
