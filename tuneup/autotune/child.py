@@ -321,6 +321,8 @@ class TrialSession(hooks.Observer):
         if loop.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(loop.device)
         loop.configure(apply.filled(knobs, self.defaults))
+        if knobs.micro_batch_size:  # a split that changes the gradient fails the trial
+            loop.check_next_split()
         self.loader.configure(knobs)
         self._restore()
         self.finite = torch.ones((), dtype=torch.bool, device=loop.device)

@@ -4,6 +4,11 @@ The user's loop body runs once per batch the loader yields, tuned or not: a micr
 setting is applied *inside* :meth:`TunedLoop.train_step`, which cuts the batch, runs the
 user's loss function on each piece and steps the optimizer once. So ``len(loader)``,
 schedulers, step counters, logging and eval loops see what they see without tuneup.
+
+A split must not change what is trained, so it is refused where it would: a model with a
+layer that normalises with batch statistics (BatchNorm in training mode) is never split, and
+autotune's child has each trial's first split checked against the whole batch's gradient
+(:func:`split_gradient_change`), which catches losses and layers that mix samples.
 """
 
 from __future__ import annotations
@@ -13,10 +18,12 @@ import dis
 import functools
 import inspect
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, ContextManager
 
 import torch
+from torch.nn.modules.batchnorm import _BatchNorm, _NormBase
+from torch.nn.modules.dropout import _DropoutNd
 
 from tuneup.runtime import apply, hooks
 from tuneup.runtime.batches import UnsplittableBatch, split_plan
@@ -24,6 +31,10 @@ from tuneup.runtime.telemetry import Stats, Telemetry
 from tuneup.settings import Knobs, SettingsError, store
 
 REDUCTIONS = ("mean", "sum")
+# the split's gradient may differ from the whole batch's by float32 rounding only: summing
+# pieces reorders the batch's reductions (about 1e-7 relative on an MLP, see the tests);
+# a loss or layer mixing samples differs by percents
+GRADIENT_TOLERANCE = 1e-4
 
 
 class TunedLoop:
@@ -62,6 +73,20 @@ class TunedLoop:
         self.applied_micro_batch: int | None = None  # what the last train_step used
         self.micro_batch_blocked: str | None = None  # why micro-batching cannot apply here
         self._told: tuple[int | None, str | None] | None = None
+        self._norm_layers = _norm_layers(self.eager_model)
+        self._check_split = False  # compare the next split's gradient with the whole batch's
+        self._split_changes: str | None = None  # why that comparison refused the split
+
+    def check_next_split(self) -> None:
+        """Compare the next split's gradient with the whole batch's before training on it
+        (:func:`split_gradient_change`); if they differ, micro-batching is blocked until the
+        next :meth:`configure`, and with ``strict`` the step raises :class:`SettingsError`.
+
+        Autotune's child calls this in every trial that applies a micro-batch: a loss or a
+        layer that mixes the samples of a batch (an in-batch contrastive loss) trains
+        something else when split, and no speed is worth that.
+        """
+        self._check_split = True
 
     def reset_scaler(self) -> None:
         """A fresh GradScaler (float16 on CUDA), as after :meth:`configure`."""
@@ -135,7 +160,9 @@ class TunedLoop:
 
         With a tuned micro-batch the batch is cut into pieces whose gradients add up to the
         whole batch's (each mean weighted by its share of the samples), so the result is
-        the same as without tuneup, up to float rounding. Without one this is exactly
+        the same as without tuneup, up to float rounding; a model with a layer that
+        normalises with batch statistics (BatchNorm in training mode) is never split, and
+        ``micro_batch_blocked`` says so (docs/runtime.md). Without a micro-batch this is exactly
         ``loss_fn(batch).backward()`` and the step. Example::
 
             loss = loop.train_step((x, y), lambda b: F.cross_entropy(loop.model(b[0]), b[1]))
@@ -144,7 +171,7 @@ class TunedLoop:
             raise ValueError(f"reduction must be one of {REDUCTIONS}, not {reduction!r}")
         observers = hooks.current()
         with _NOTHING if observers is hooks.NOBODY else observers.guard(self):
-            pieces = self._pieces(batch, loss_fn)
+            pieces = self._pieces(batch, loss_fn, reduction, num_items)
             if self.needs_closure:
                 return self._closure_step(pieces, loss_fn, reduction, num_items,
                                           max_grad_norm, observers)
@@ -172,7 +199,8 @@ class TunedLoop:
                                "it may hold state sized for the whole batch")
         return True
 
-    def _pieces(self, batch: Any, loss_fn: Callable[[Any], Any]) -> list[tuple[Any, float]]:
+    def _pieces(self, batch: Any, loss_fn: Callable[[Any], Any], reduction: str,
+                num_items: Any) -> list[tuple[Any, float]]:
         """``batch`` as (piece, share of its samples) pairs, and why not split when it is not."""
         micro, blocked = self.micro_batch_size, None
         if micro is None:
@@ -181,6 +209,10 @@ class TunedLoop:
             blocked = f"{type(self.optimizer).__name__} steps with a closure"
         elif self._split_failure is not None:
             blocked = self._split_failure
+        elif self._split_changes is not None:
+            blocked = self._split_changes
+        elif (layer := _batch_statistics(self._norm_layers)) is not None:
+            blocked = layer
         elif (kept := _kept_state(loss_fn)) is not None:
             blocked = f"loss_fn keeps state between calls ({kept}), which pieces would change"
         else:
@@ -189,9 +221,60 @@ class TunedLoop:
             except UnsplittableBatch as exc:
                 blocked = str(exc)
             else:
-                self._note_micro_batching(micro if len(plan) > 1 else None, None)
-                return plan
+                fits = True
+                if self._check_split and len(plan) > 1:
+                    self._check_split = False
+                    blocked, fits = self._gradient_check(batch, loss_fn, plan, reduction,
+                                                         num_items)
+                    self._split_changes = blocked
+                if blocked is None:
+                    self._note_micro_batching(micro if len(plan) > 1 else None, None)
+                    return plan
+                # autotune: the trial fails, so the search never keeps the micro-batch; when
+                # the whole batch does not fit, it fails training it, as out of memory that
+                # micro-batches cannot help (the search's words for that)
+                if self.strict and fits:
+                    self._note_micro_batching(None, blocked)
+                    raise SettingsError(f"micro_batch_size={micro} is not applied: {blocked}")
         return self._whole(batch, blocked)
+
+    def _gradient_check(self, batch: Any, loss_fn: Callable[[Any], Any],
+                        plan: list[tuple[Any, float]], reduction: str,
+                        num_items: Any) -> tuple[str | None, bool]:
+        """Why ``plan`` may not be trained (its gradient is not the whole batch's), or None;
+        and whether the whole batch fits in memory.
+
+        When the whole batch does not fit in memory (the reason a micro-batch may be
+        needed), the split is compared with one into pieces half as large instead: a split
+        that does not mix samples gives the same gradient however the batch is cut.
+        """
+        change, finer = None, False
+        try:
+            change = self._compare(loss_fn, [(batch, 1.0)], plan, reduction, num_items)
+        except Exception as exc:
+            if not apply.is_out_of_memory(exc):
+                raise
+            finer = True  # outside the handler: its traceback holds the failed pass's tensors
+        if finer and (smaller := (self.micro_batch_size or 0) // 2):
+            change = self._compare(loss_fn, split_plan(batch, smaller), plan, reduction, num_items)
+        if change is None or change <= GRADIENT_TOLERANCE:
+            return None, not finer
+        return (f"the split changes the gradient ({change * 100:.3g} % relative): the loss or "
+                "a layer mixes samples"), not finer
+
+    def _compare(self, loss_fn: Callable[[Any], Any], reference: list[tuple[Any, float]],
+                 pieces: list[tuple[Any, float]], reduction: str,
+                 num_items: Any) -> float | None:
+        """:func:`split_gradient_change` on this loop's model, parameters and ``no_sync``.
+        ``loop.model`` is the eager model meanwhile: the check asks about the math, and
+        compiling for its shapes and float32 would add graphs and their time to the trial."""
+        compiled, self._model = self._model, self.eager_model
+        try:
+            return split_gradient_change(self.eager_model, self._parameters(), loss_fn,
+                                         reference, pieces, reduction=reduction,
+                                         num_items=num_items, no_sync=self._no_sync)
+        finally:
+            self._model = compiled
 
     def _whole(self, batch: Any, blocked: str | None) -> list[tuple[Any, float]]:
         self._note_micro_batching(None, blocked)
@@ -220,11 +303,7 @@ class TunedLoop:
             with self._sync_gradients(index == last):
                 with self.autocast():
                     loss = loss_fn(piece)
-                if num_items is not None:
-                    weight: Any = 1.0 / num_items
-                else:
-                    weight = share if reduction == "mean" else 1.0
-                part = self._backpropagate(loss, weight, observers)
+                part = self._backpropagate(loss, _weight(share, reduction, num_items), observers)
             total = part if total is None else total + part
         return total
 
@@ -310,6 +389,136 @@ def _kept_state(loss_fn: Callable[[Any], Any]) -> str | None:
     counter), read from its code; None when it assigns nothing outside itself."""
     code = getattr(getattr(loss_fn, "__func__", loss_fn), "__code__", None)
     return None if code is None else _stored_names(code)
+
+
+def _weight(share: float, reduction: str, num_items: Any) -> Any:
+    """What a piece's loss is multiplied by so that the pieces' gradients add up to the
+    whole batch's: its share of the samples for a mean, 1 for a sum, 1/count for items."""
+    if num_items is not None:
+        return 1.0 / num_items
+    return share if reduction == "mean" else 1.0
+
+
+def _norm_layers(model: torch.nn.Module) -> list[tuple[str, _NormBase]]:
+    """The model's layers with running statistics or batch statistics (BatchNorm*,
+    SyncBatchNorm, InstanceNorm*), read once per configure: their modes are read each step."""
+    return [(name, module) for name, module in model.named_modules()
+            if isinstance(module, _NormBase)]
+
+
+def _batch_statistics(layers: list[tuple[str, _NormBase]]) -> str | None:
+    """Why a split would train another model, or None: a BatchNorm normalising with the
+    statistics of the samples it is given (training mode, or no running statistics) sees a
+    piece's; a layer updating running statistics in training mode updates them once per piece.
+    Per-sample norms (GroupNorm, LayerNorm, InstanceNorm without running statistics) pass."""
+    for name, layer in layers:
+        kind = f"{type(layer).__name__} {name!r}"
+        if isinstance(layer, _BatchNorm) and (layer.training or layer.running_mean is None):
+            return (f"{kind} normalises with the statistics of the batch it is given, which "
+                    "a piece would change (and its running statistics with them)")
+        if layer.training and layer.track_running_stats:
+            return f"{kind} updates its running statistics once per forward, so once per piece"
+    return None
+
+
+def split_gradient_change(model: torch.nn.Module, parameters: list[torch.Tensor],
+                          loss_fn: Callable[[Any], Any], reference: list[tuple[Any, float]],
+                          pieces: list[tuple[Any, float]], *, reduction: str = "mean",
+                          num_items: Any = None,
+                          no_sync: Callable[[], ContextManager[Any]] | None = None
+                          ) -> float | None:
+    """How far the gradient of ``pieces`` is from that of ``reference`` (the whole batch as
+    one piece, usually), relative: ``|g_pieces - g_reference| / |g_reference|``.
+
+    A split is only worth its speed if it trains the same model; a loss or layer that mixes
+    the samples of a batch (an in-batch contrastive loss, a hand-written batch norm) gives
+    another gradient when the batch is cut. Computed in float32 without autocast or TF32
+    (the question is the math, not the dtype), with ``nn.Dropout`` layers off, under
+    ``no_sync`` (DDP: local gradients, no collective). Nothing the step will see changes:
+    the parameters' gradients, the model's buffers, the RNG states and the layers' modes
+    are restored. None when the difference is the model's own random draws (outside
+    ``nn.Dropout``): the whole batch's gradient then changes with the RNG state alone, so
+    the split cannot be judged by it.
+
+    Args:
+        model: the module whose buffers and dropout layers are saved and restored.
+        parameters: the tensors whose gradients are compared (the optimizer's).
+        loss_fn: the user's loss function, called on each piece.
+        reference, pieces: (piece, share of the batch's samples) pairs, as ``split_plan``.
+        reduction, num_items: as :meth:`TunedLoop.train_step`.
+        no_sync: the model's ``no_sync`` (DDP, FSDP), or None.
+    """
+    grads = [p.grad for p in parameters]
+    buffers = [(b, b.detach().clone()) for b in model.buffers()
+               if not torch.nn.parameter.is_lazy(b)]
+    dropouts = [m for m in model.modules() if isinstance(m, _DropoutNd) and m.training]
+    devices = sorted({p.device.index or 0 for p in parameters if p.device.type == "cuda"})
+    device_type = parameters[0].device.type if parameters else "cpu"
+
+    def gradient(plan: list[tuple[Any, float]], reseed: bool = False) -> list[Any]:
+        with torch.random.fork_rng(devices=devices):  # every pass starts from the step's RNG
+            if reseed:  # another state than the step's, the same on every run
+                for generator in (torch.default_generator,
+                                  *(torch.cuda.default_generators[i] for i in devices)):
+                    generator.manual_seed(generator.initial_seed() + 1)
+            try:
+                for p in parameters:
+                    p.grad = None
+                for piece, share in plan:
+                    loss = loss_fn(piece)
+                    weight = _weight(share, reduction, num_items)
+                    (loss if _is_one(weight) else loss * weight).backward()
+                return [p.grad for p in parameters]
+            finally:
+                with torch.no_grad():
+                    for buffer, saved in buffers:
+                        buffer.copy_(saved)
+
+    try:
+        for module in dropouts:
+            module.train(False)
+        with _full_float32(), torch.autocast(device_type, enabled=False), \
+                no_sync() if no_sync is not None else _NOTHING:
+            whole = gradient(reference)
+            change = _relative_distance(gradient(pieces), whole)
+            if change > GRADIENT_TOLERANCE and _relative_distance(
+                    gradient(reference, reseed=True), whole) > GRADIENT_TOLERANCE:
+                return None
+    finally:
+        for module in dropouts:
+            module.train(True)
+        for p, grad in zip(parameters, grads):
+            p.grad = grad
+    return change
+
+
+def _relative_distance(gradient: list[Any], reference: list[Any]) -> float:
+    """``|gradient - reference| / |reference|`` over all tensors (None: zero); each tensor's
+    norm in its own dtype (float64 is not everywhere: MPS), their squares summed in Python."""
+    difference, size = 0.0, 0.0
+    for a, b in zip(gradient, reference):
+        if a is None and b is None:
+            continue
+        a = torch.zeros_like(b) if a is None else a
+        b = torch.zeros_like(a) if b is None else b
+        difference += float(torch.linalg.vector_norm(a - b)) ** 2
+        size += float(torch.linalg.vector_norm(b)) ** 2
+    if size == 0.0:
+        return 0.0 if difference == 0.0 else float("inf")
+    return (difference / size) ** 0.5
+
+
+@contextlib.contextmanager
+def _full_float32() -> Iterator[None]:
+    """float32 matmuls and convolutions without TF32 or bfloat16 passes, restored after."""
+    precision, cudnn_tf32 = torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32
+    torch.set_float32_matmul_precision("highest")
+    torch.backends.cudnn.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(precision)
+        torch.backends.cudnn.allow_tf32 = cudnn_tf32
 
 
 def _is_one(weight: Any) -> bool:
