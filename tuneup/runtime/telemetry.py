@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 ENV_VERBOSE = "TUNEUP_VERBOSE"
 STALL_HINT = 0.10  # above this share of waiting, the summary suggests `tuneup autotune`
+STALE_HINT = 0.20  # with tuned settings, a wait above this says they no longer fit
 
 
 @dataclass(frozen=True)
@@ -23,13 +24,21 @@ class Stats:
     samples_per_s: float | None
     data_wait_share: float | None  # the input-stall share, 0..1
 
-    def summary(self) -> str:
+    def summary(self, tuned: bool = False) -> str:
+        """One line for the end of the run. It suggests tuning only when no settings were
+        applied (a run that already uses them is not told to do what was just done), or when
+        the tuned run still waits for data long enough that the settings no longer fit."""
         if not self.elapsed_s:
             return "tuneup: no batches were loaded"
         text = (f"tuneup: {self.steps} steps, {self.samples_per_s:.0f} samples/s, "
                 f"waited for data {self.data_wait_share:.0%} of the time")
-        if self.data_wait_share >= STALL_HINT:
+        if not tuned and self.data_wait_share >= STALL_HINT:
             text += " — run `tuneup autotune`"
+        elif tuned and self.data_wait_share >= STALE_HINT:
+            text += (" with the tuned settings: they no longer fit this data or machine — "
+                     "re-run `tuneup autotune`")
+        elif tuned:
+            text += " (tuned settings applied)"
         return text
 
 
@@ -59,4 +68,7 @@ class Telemetry:
 
     def print_summary(self) -> None:
         if self.started is not None:
-            print(self.stats().summary(), file=sys.stderr, flush=True)
+            from tuneup.runtime.apply import settings_knobs  # cached: the file is not re-read
+
+            tuned = settings_knobs() != type(settings_knobs())()
+            print(self.stats().summary(tuned), file=sys.stderr, flush=True)
