@@ -33,9 +33,7 @@ def test_the_exit_line_knows_whether_settings_were_applied(tmp_path, monkeypatch
         path = tmp_path / "s.tuneup.json"
         save(Settings(knobs=Knobs(num_workers=1)), path)
         monkeypatch.setenv("TUNEUP_SETTINGS", str(path))
-    monkeypatch.setenv("TUNEUP_VERBOSE", "1")
-    monkeypatch.setattr("atexit.register", lambda function: None)
-    telemetry = Telemetry()
+    telemetry = Telemetry()  # TUNEUP_VERBOSE would print this at exit
     telemetry.started, telemetry.latest, telemetry.data_wait_s = 1.0, 3.0, 0.3
     telemetry.samples, telemetry.steps = 64, 4
     telemetry.print_summary()
