@@ -89,16 +89,16 @@ def _gpus(raw: RawReport, rocm: bool) -> list[GPU] | None:
         if not known(line):
             continue
         match = GPU_LINE.match(line)
-        index, name = (int(match.group(1)), match.group(2)) if match else (None, line)
+        indices = ([int(i) for i in match.group(1).split(",")] if match else [None])
+        name = match.group(2) if match else line
         name = re.sub(r"\s*\(UUID:[^)]*\)", "", name).strip()
         arch = re.search(r"\((gfx[0-9a-f]+)[^)]*\)", name)
         if arch:
             name = name[: arch.start()].strip()
         # "GPU n: name" lines come from nvidia-smi -L; ROCm builds print the bare device name
         vendor = _vendor(name) or ("amd" if rocm or arch else "nvidia" if match else None)
-        gpus.append(
-            GPU(index=index, name=name, vendor=vendor, arch=arch.group(1) if arch else None)
-        )
+        gpus.extend(GPU(index=index, name=name, vendor=vendor, arch=arch.group(1) if arch else None)
+                    for index in indices)
     return gpus or None
 
 
@@ -273,7 +273,7 @@ def _read_free_text(text: str, snap: Snapshot) -> None:
 # that is not in collect_env's form. Only a version with a build suffix counts: the suffix is what
 # makes such a mention specific enough to stand for the installed build.
 _FREE_TORCH = re.compile(
-    r"\btorch(?:\s*==\s*|\s+version\s*[:=]?\s*|\s+|\s*:\s*)"
+    r"\btorch(?:\s*==\s*|\s+version\s*[:=]?\s*|\s+|\s*:\s*|-)"  # "torch-2.1.0+cpu": Ultralytics
     r"(\d+\.\d+(?:\.\d+)?(?:\.dev\d+|a0|[a-z]+\d*)?\+(?:cu\d{2,3}|cpu|rocm\d+(?:\.\d+)*))\b",
     re.IGNORECASE,
 )

@@ -47,6 +47,13 @@ FIELDS = {
     "build command you used": "ignored",
     "cuda/cudnn version": "cuda_cudnn",
     "any other relevant information": "ignored",
+    # the same facts as other tools' environment dumps name them (SGLang's check_env,
+    # Ultralytics' checks, vLLM's banner)
+    "python": "python",
+    "pytorch": "torch_version",
+    "cuda available": "cuda_available",
+    "torch.cuda.is_available()": "cuda_available",
+    "torch.cuda.device_count()": "ignored",
 }
 # Fields whose presence marks a text as a collect_env report (OS or Python alone do not).
 STRONG_FIELDS = {
@@ -66,7 +73,7 @@ ENV_EXTRA_PREFIXES = ENV_PREFIXES + ("CUDA_", "NVIDIA_", "HIP_", "ROCR_")
 _FIELD_LINE = re.compile(r"^(?:[-*\u2022]\s+)?([A-Za-z][\w ./`'()\-,]*?)\s*:\s*(.*)$")
 _ENV_LINE = re.compile(r"^(?:export\s+|set\s+)?([A-Z][A-Z0-9_]*)\s*(=|:)\s*(.*)$")
 _PACKAGE_LINE = re.compile(r"^\[(pip\d*|conda)\]\s*(.*)$")
-GPU_LINE = re.compile(r"^GPU\s+(\d+)\s*:\s*(.+)$")
+GPU_LINE = re.compile(r"^GPU\s+(\d+(?:\s*,\s*\d+)*)\s*:\s*(.+)$")  # SGLang: "GPU 0,1,2,3: H100"
 _WARNING = re.compile(
     r"Warning|Error|Exception|Traceback|warning:|error:|failed|not compatible|too old"
     r"|no kernel image|undefined symbol|Found no NVIDIA|cannot open|not found",
