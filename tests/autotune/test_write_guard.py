@@ -1,0 +1,101 @@
+"""Files a script writes during trials are put back, even when its process is killed."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tuneup.autotune import write_guard
+
+SCRIPT = textwrap.dedent("""
+    import os, sys, time
+    from pathlib import Path
+    import torch
+    from tuneup.autotune import write_guard
+    user, work = Path(sys.argv[1]), Path(sys.argv[2])
+    write_guard.install(work / "journal.jsonl", work / "copies", work)
+    torch.save({"iter_num": 1440}, user / "ckpt.pt")            # C++ opens it: no audit event
+    (user / "log.txt").open("a").write("trial line\\n")
+    (user / "new_run").mkdir()
+    (user / "new_run" / "metrics.json").write_text("{}")
+    (user / "tmp.pt").write_bytes(b"x")
+    os.replace(user / "tmp.pt", user / "best.pt")               # atomic save over the best
+    os.remove(user / "notes.md")
+    (work / "scratch.bin").write_bytes(b"work")                  # the work dir is exempt
+    print("written", flush=True)
+    if len(sys.argv) > 3:
+        time.sleep(60)                                           # killed here
+""")
+
+
+def _env(work: Path) -> dict[str, str]:
+    """As the runner starts a trial: its temporary folder inside the work directory."""
+    (work / "tmp").mkdir(exist_ok=True)
+    return {**os.environ, "TMPDIR": str(work / "tmp")}
+
+
+def _user_files(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() if p.is_file() else b"<dir>"
+            for p in sorted(folder.rglob("*"))}
+
+
+@pytest.fixture
+def setup(tmp_path: Path):
+    import torch
+
+    user, work = tmp_path / "user", tmp_path / "work"
+    user.mkdir()
+    work.mkdir()
+    torch.save({"iter_num": 60}, user / "ckpt.pt")
+    (user / "log.txt").write_text("real line\n")
+    (user / "best.pt").write_bytes(b"best weights")
+    (user / "notes.md").write_text("keep me")
+    script = tmp_path / "script.py"
+    script.write_text(SCRIPT)
+    return user, work, script, _user_files(user)
+
+
+def test_what_a_trial_writes_is_put_back_as_it_was(setup):
+    user, work, script, before = setup
+    done = subprocess.run([sys.executable, str(script), str(user), str(work)],
+                          capture_output=True, text=True, timeout=120, env=_env(work))
+    assert done.returncode == 0, done.stderr
+    assert _user_files(user) != before  # the script really changed them
+    changed = write_guard.restore(work / "journal.jsonl")
+    assert _user_files(user) == before
+    assert str(user / "ckpt.pt") in changed and str(user / "best.pt") in changed
+    assert not any(str(work) in path for path in changed)
+
+
+def test_a_killed_trial_is_put_back_too(setup):
+    user, work, script, before = setup
+    child = subprocess.Popen([sys.executable, str(script), str(user), str(work), "wait"],
+                             stdout=subprocess.PIPE, text=True, env=_env(work))
+    assert child.stdout.readline().strip() == "written"
+    child.send_signal(signal.SIGKILL)
+    child.wait(timeout=30)
+    write_guard.restore(work / "journal.jsonl")
+    assert _user_files(user) == before
+
+
+def test_a_journal_line_cut_by_a_kill_is_ignored(tmp_path):
+    journal = tmp_path / "journal.jsonl"
+    kept = tmp_path / "made.txt"
+    kept.write_text("x")
+    journal.write_text(json.dumps({"path": str(kept), "copy": None, "existed": False})
+                       + "\n" + '{"path": "/etc/pass')
+    assert write_guard.restore(journal) == [str(kept)]
+    assert not kept.exists()
+
+
+def test_remote_loggers_are_off_in_trials(tmp_path):
+    env = write_guard.environment(tmp_path)
+    assert env["WANDB_MODE"] == "disabled" and env["MLFLOW_TRACKING_URI"].startswith("file:")
+    assert str(tmp_path) in env["MLFLOW_TRACKING_URI"]

@@ -1,0 +1,166 @@
+"""What a training script writes during autotune's trials is put back afterwards.
+
+Trials run the user's own loop, and with it whatever the loop writes: nanoGPT's in-loop
+``torch.save(..., 'ckpt.pt')`` overwrote a real checkpoint with a trial's weights. The child
+installs an audit hook (PEP 578) that sees every file the script opens for writing, renames,
+replaces or removes, and every folder it makes; before the first change to a path it keeps a
+copy of what was there in the work directory and appends a line to a journal. The runner, once
+the process has ended for whatever reason (SIGKILL included: nothing here relies on the child
+cleaning up), replays the journal backwards: copies go back, new files and empty new folders
+go away. The user's real run is not affected: the hook exists only in autotune's child.
+
+Not seen: writes made by C code that bypasses Python's ``open`` (an HDF5 library, a logger's
+native client) and by processes the script spawns rather than forks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+WRITE_MODES = set("wax+")
+ENVIRONMENT = {  # loggers that would send a trial's metrics somewhere the user keeps them
+    "WANDB_MODE": "disabled",
+    "MLFLOW_TRACKING_URI": "",  # set to a folder of the work directory by :func:`environment`
+    "COMET_MODE": "disabled",
+    "NEPTUNE_MODE": "offline",
+}
+
+
+def environment(workdir: Path) -> dict[str, str]:
+    """Variables for the child: remote loggers off, MLflow into the work directory."""
+    return {**ENVIRONMENT, "MLFLOW_TRACKING_URI": (workdir / "mlruns").as_uri()}
+
+
+class WriteGuard:
+    """The audit hook's state: where copies go, what is already journaled, what is exempt."""
+
+    def __init__(self, journal: Path, copies: Path, exempt: Iterable[Path]) -> None:
+        self.journal = journal
+        self.copies = copies
+        self.exempt = tuple(os.path.realpath(p) + os.sep for p in exempt)
+        self.seen: set[str] = set()
+        self.busy = False  # our own copying opens files too
+
+    def __call__(self, event: str, args: tuple[Any, ...]) -> None:
+        if self.busy:
+            return
+        if event == "open" and _writes(args):
+            self.before_change(args[0])
+        elif event in ("os.rename", "os.replace"):
+            self.before_change(args[0])
+            self.before_change(args[1])
+        elif event in ("os.remove", "os.rmdir", "os.truncate", "os.mkdir"):
+            self.before_change(args[0])
+
+    def before_change(self, target: Any) -> None:
+        """Journal ``target`` (and keep a copy) unless it was already, or is exempt."""
+        if not isinstance(target, (str, bytes, os.PathLike)):
+            return  # a file descriptor: opened (and journaled) before
+        path = os.path.realpath(os.fsdecode(os.fspath(target)))
+        if path in self.seen or path.startswith(self.exempt) or path.endswith(".pyc"):
+            return
+        self.busy = True
+        try:
+            self.seen.add(path)
+            self._record(path)
+        except OSError as exc:  # no copy, no write: a trial must never cost the user a file
+            raise PermissionError(f"tuneup autotune could not keep a copy of {path} before the "
+                                  f"script changes it ({exc.strerror or exc})") from None
+        finally:
+            self.busy = False
+
+    def _record(self, path: str) -> None:
+        copy = None
+        if os.path.isfile(path) and not os.path.islink(path):
+            copy = str(self.copies / f"{len(self.seen)}-{os.path.basename(path)}")
+            shutil.copy2(path, copy)
+        entry = {"path": path, "copy": copy, "existed": os.path.lexists(path)}
+        with open(self.journal, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(entry) + "\n")
+            handle.flush()
+
+
+def _writes(args: tuple[Any, ...]) -> bool:
+    mode, flags = (args + (None, None))[1:3]
+    if isinstance(mode, str):
+        return bool(WRITE_MODES & set(mode))
+    return isinstance(flags, int) and bool(flags & WRITE_FLAGS)
+
+
+def install(journal: Path, copies: Path, workdir: Path) -> None:
+    """Start journaling in this process (the autotune child, before the script's loop runs).
+
+    The work directory, this process's temporary folder (the runner points ``TMPDIR`` inside
+    the work directory), caches and the system's own folders are exempt: they hold no file of
+    the user's, and torch's compile caches must stay warm. A user's folder under ``/tmp`` is
+    guarded like any other."""
+    copies.mkdir(parents=True, exist_ok=True)
+    exempt = [workdir, Path(tempfile.gettempdir()), Path("/dev"), Path("/proc"), Path("/sys"),
+              Path.home() / ".cache", Path.home() / ".triton", Path(sys.prefix)]
+    guard = WriteGuard(journal, copies, exempt)
+    sys.addaudithook(guard)
+    _guard_torch_save(guard)
+
+
+def _guard_torch_save(guard: WriteGuard) -> None:
+    """``torch.save`` to a path opens the file in C++ (no audit event): journal it first."""
+    torch = sys.modules.get("torch")
+    if torch is None or getattr(torch.save, "__wrapped__", None) is not None:
+        return
+    original = torch.save
+
+    def save(obj: Any, f: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(f, (str, bytes, os.PathLike)):
+            guard.before_change(f)
+        return original(obj, f, *args, **kwargs)
+
+    save.__wrapped__ = original  # type: ignore[attr-defined]
+    save.__doc__ = original.__doc__
+    torch.save = save
+
+
+def restore(journal: Path) -> list[str]:
+    """Put back every path the journal names, newest first; returns them (for the report).
+    A journal line cut by a kill is ignored: its change had not started."""
+    try:
+        lines = journal.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return []
+    entries = []
+    for line in lines:
+        try:
+            entries.append(json.loads(line))
+        except ValueError:
+            continue
+    for entry in reversed(entries):
+        _put_back(entry)
+    return [entry["path"] for entry in entries]
+
+
+def _put_back(entry: dict[str, Any]) -> None:
+    path, copy = entry["path"], entry.get("copy")
+    try:
+        if copy:
+            if os.path.islink(path) or os.path.isdir(path):
+                _remove(path)
+            shutil.copy2(copy, path)  # the copy may lie on another file system
+            os.unlink(copy)
+        elif not entry.get("existed"):
+            _remove(path)
+    except OSError:
+        pass  # a path the script made unwritable, or a folder not empty: leave it
+
+
+def _remove(path: str) -> None:
+    if os.path.isdir(path) and not os.path.islink(path):
+        os.rmdir(path)  # only when empty: a folder filled since (by whom?) stays
+    elif os.path.lexists(path):
+        os.unlink(path)

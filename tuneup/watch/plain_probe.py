@@ -1,0 +1,150 @@
+"""The watcher's probe inside a job that uses a plain ``torch.utils.data.DataLoader``.
+
+``tuneup watch -- python train.py`` puts :data:`SITE_DIR` first on ``PYTHONPATH``; Python
+imports its ``sitecustomize``, which calls :func:`install` and then runs the job's own
+``sitecustomize`` if it has one. :func:`install` only adds an import hook: nothing is loaded
+until the job imports ``torch.utils.data.dataloader`` (a job that never imports torch pays
+nothing). Then each DataLoader iterator is timed: how long ``next()`` waited for a batch,
+batches, samples. The figures are published like the wrappers' feed (:mod:`tuneup.watch.feed`),
+as ``<pid>.json`` in ``TUNEUP_WATCH_FEED``, so the watcher tells input-bound from
+compute-bound on scripts nobody changed.
+
+It changes nothing the script computes: no random draw, no batch touched, the iterator's own
+``__next__`` called as it was; it prints nothing. A process that uses tuneup's wrappers
+publishes through their feed instead (the probe stands down). Cost: two clock reads and a
+few additions per batch.
+"""
+
+from __future__ import annotations
+
+import atexit
+import dataclasses
+import importlib.abc
+import importlib.machinery
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+SITE_DIR = Path(__file__).with_name("site")  # holds the sitecustomize.py that installs this
+TARGET = "torch.utils.data.dataloader"
+PERIOD_S = 1.0
+
+
+@dataclasses.dataclass
+class Counters:
+    """What the followed loader's iterators did, cumulative."""
+
+    loader: Any = None  # the first DataLoader iterated: its settings are reported
+    started: float | None = None
+    latest: float = 0.0
+    data_wait_s: float = 0.0
+    batches: int = 0
+    samples: int = 0
+    due: float = 0.0
+
+
+class _Probe:
+    def __init__(self, directory: Path) -> None:
+        self.path = directory / f"{os.getpid()}.json"
+        self.counters = Counters()
+        self.broken = False
+
+    def patch(self, module: Any) -> None:
+        """Wrap the iterator base class's ``__next__`` (every DataLoader iterator's)."""
+        base = module._BaseDataLoaderIter
+        original_init, original_next = base.__init__, base.__next__
+        probe = self
+
+        def __init__(iterator: Any, loader: Any) -> None:
+            original_init(iterator, loader)
+            iterator._tuneup_loader = loader
+            if probe.counters.loader is None:
+                probe.counters.loader = loader
+
+        def __next__(iterator: Any) -> Any:
+            started = time.perf_counter()
+            batch = original_next(iterator)  # StopIteration passes through uncounted
+            probe.count(iterator, started, time.perf_counter())
+            return batch
+
+        base.__init__, base.__next__ = __init__, __next__
+        atexit.register(self.publish)
+
+    def count(self, iterator: Any, started: float, ended: float) -> None:
+        counters = self.counters
+        if counters.started is None:
+            counters.started = started
+        counters.latest = ended
+        counters.data_wait_s += ended - started
+        counters.batches += 1
+        loader = getattr(iterator, "_tuneup_loader", None)
+        counters.samples += (getattr(loader, "batch_size", None) or 1)
+        if ended >= counters.due:
+            self.publish()
+
+    def publish(self) -> None:
+        """The counters as a feed record, replaced atomically; silent on failure (the job's
+        training matters more than its watcher)."""
+        counters = self.counters
+        if self.broken or counters.started is None or "tuneup.watch.feed" in sys.modules:
+            return  # nothing yet, or tuneup's wrappers publish through their own feed
+        counters.due = time.perf_counter() + PERIOD_S
+        loader = counters.loader
+        torch = sys.modules.get("torch")
+        record = {
+            "pid": os.getpid(), "steps": counters.batches, "samples": counters.samples,
+            "elapsed_s": counters.latest - counters.started,
+            "data_wait_s": counters.data_wait_s, "copy_s": 0.0, "device": None,
+            "num_workers": getattr(loader, "num_workers", None),
+            "pin_memory": bool(getattr(loader, "pin_memory", False)),
+            "prefetch_factor": getattr(loader, "prefetch_factor", None),
+            "batch_size": getattr(loader, "batch_size", None),
+            "torch_threads": torch.get_num_threads() if torch is not None else None,
+        }
+        try:
+            from tuneup.files import write_atomic
+
+            write_atomic(self.path, json.dumps(record), durable=False)
+        except Exception:  # noqa: BLE001 - a watcher gone, a full disk: training goes on
+            self.broken = True
+
+
+class _Finder(importlib.abc.MetaPathFinder):
+    """Patches the DataLoader module right after it is first executed."""
+
+    def __init__(self, probe: _Probe) -> None:
+        self.probe = probe
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
+        if name != TARGET:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is None or spec.loader is None:
+            return None
+        loader, probe = spec.loader, self.probe
+        original_exec = loader.exec_module  # type: ignore[union-attr]
+
+        def exec_module(module: Any) -> None:
+            original_exec(module)
+            try:
+                probe.patch(module)
+            except Exception:  # noqa: BLE001 - another torch: unwatched, never broken
+                pass
+
+        loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
+
+
+def install() -> None:
+    """Arm the probe when a watcher gave a feed directory (``TUNEUP_WATCH_FEED``)."""
+    directory = os.environ.get("TUNEUP_WATCH_FEED")
+    if not directory or any(isinstance(f, _Finder) for f in sys.meta_path):
+        return
+    probe = _Probe(Path(directory))
+    if TARGET in sys.modules:  # imported before us (unusual): patch it now
+        probe.patch(sys.modules[TARGET])
+        return
+    sys.meta_path.insert(0, _Finder(probe))
