@@ -128,8 +128,11 @@ def main(argv: list[str] | None = None) -> None:
     model = make_model()
     optimizer = make_optimizer(model)
     loop = tuned_loop(model, optimizer)
+    # The crops draw from torch's global generator; a shuffle with its own generator keeps the
+    # sample order whatever the number of workers (without one, tuneup adds no workers).
     loader = tuned_loader(make_dataset(args.dataset_size), batch_size=args.batch_size,
-                          shuffle=True, drop_last=True, loop=loop)
+                          shuffle=True, drop_last=True, loop=loop,
+                          generator=torch.Generator().manual_seed(0))
     step, samples, started = 0, 0, time.perf_counter()
     while step < args.steps:
         for images, labels in loader:

@@ -4,8 +4,12 @@ An observer of the runtime like any other (see :mod:`tuneup.runtime.hooks`): it 
 epoch of a loader's batches, and when the loop waited for data more than
 :data:`STALL_SHARE` of that epoch, the next epoch gets one more DataLoader worker (up to the
 cores this process may use), then a deeper prefetch. Changes happen only between epochs,
-each is said once, and none touches which samples come in which order: the sampler, its
-generator and the batches are the DataLoader's as before; only who loads them changes.
+each is said once, and none touches which samples come in which batch or order: the sampler,
+its generator and the batches are the DataLoader's as before; only who loads them changes.
+So no worker is added to an IterableDataset (workers split its stream and regroup its
+batches), nor where the shuffle is seeded from torch's global generator and loading draws
+from it too (see :meth:`TunedLoader.fixed_reasons`). What does change is said: random draws
+made while loading come from PyTorch's per-worker seeds once there are workers.
 """
 
 from __future__ import annotations
@@ -16,7 +20,10 @@ import weakref
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, ContextManager
 
+from torch.utils.data import IterableDataset
+
 from tuneup.runtime import apply, hooks
+from tuneup.runtime.loader import LoaderPass
 from tuneup.settings import store
 
 if TYPE_CHECKING:
@@ -37,9 +44,14 @@ class Adaptation(hooks.Observer):
         self.loop = weakref.ref(loop)  # the adaptation ends with its loop
         self.trained: weakref.WeakSet[TunedLoader] = weakref.WeakSet()
         self.pending: TunedLoader | None = None  # the loader whose batch the script holds
+        self.settled: weakref.WeakSet[TunedLoader] = weakref.WeakSet()  # nothing more to add
 
     def batches(self, loader: TunedLoader, source: Iterator[Any]) -> Iterator[Any]:
-        if self.loop() is None or "num_workers" in loader.fixed_reasons:
+        if isinstance(source, LoaderPass):
+            source.start()  # the DataLoader's seeds are drawn at iter(), as without tuneup
+        if (self.loop() is None or loader in self.settled
+                or "num_workers" in loader.user_kwargs
+                or isinstance(loader.dataset, IterableDataset)):
             return source
         return self._timed_epoch(loader, source)
 
@@ -65,14 +77,22 @@ class Adaptation(hooks.Observer):
         workers = loader.dataloader.num_workers
         prefetch = loader.dataloader.prefetch_factor or DEFAULT_PREFETCH
         cap = apply.rank_cores()
+        waited = f"adapt: waited for data {stall:.0%} of the last epoch"
+        if workers < cap and "num_workers" in loader.fixed_reasons:
+            self.settled.add(loader)
+            store.warn(f"{waited}, but num_workers stays {workers}: "
+                       f"{loader.fixed_reasons['num_workers']}")
+            return
         if workers < cap:
             name, before, value = "num_workers", workers, max(1, min(cap, workers * 2))
         elif prefetch < MAX_ADAPTED_PREFETCH and "prefetch_factor" not in loader.fixed_reasons:
             name, before, value = "prefetch_factor", prefetch, prefetch * 2
         else:
             return
-        store.warn(f"adapt: waited for data {stall:.0%} of the last epoch: {name} {before} -> "
-                   f"{value} from the next epoch (same samples, same order)")
+        same = "same batches, same order"
+        if name == "num_workers":
+            same += "; random draws made while loading come from PyTorch's per-worker seeds"
+        store.warn(f"{waited}: {name} {before} -> {value} from the next epoch ({same})")
         loader.configure(loader.knobs.replace(**{name: value}))
 
 

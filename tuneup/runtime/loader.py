@@ -4,18 +4,28 @@ It never changes which samples a batch holds or how many batches there are: ``le
 the batches are the inner DataLoader's. Micro-batching happens in the loop
 (:meth:`TunedLoop.train_step`); the loader only notes how many samples each batch should
 hold, so the loop can tell the sample dimension from a sequence-first one.
+
+``iter(loader)`` makes the DataLoader's iterator at once, as ``iter(DataLoader)`` does, so
+its seed draws from torch's global generator happen when they would without tuneup. Workers
+are not added where they would change the sample order: a shuffle seeded from the global
+generator over a dataset whose loading draws from that generator too (with ``num_workers=0``
+those draws move the next epoch's seed; in workers they do not).
 """
 
 from __future__ import annotations
 
 import inspect
+import random
+import sys
 import time
 import types
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import torch
-from torch.utils.data import BatchSampler, DataLoader, IterableDataset
+from torch.utils.data import (BatchSampler, DataLoader, IterableDataset, RandomSampler,
+                              SubsetRandomSampler, WeightedRandomSampler, default_collate,
+                              default_convert)
 
 from tuneup.runtime import apply, distributed, hooks
 from tuneup.runtime.batches import batch_size_of, move_to, note_expected
@@ -27,6 +37,8 @@ if TYPE_CHECKING:
 
 _DATALOADER_SIGNATURE = inspect.signature(DataLoader.__init__)
 _WORKER_ONLY = ("prefetch_factor", "persistent_workers")
+# torch's samplers that, without a generator of their own, seed each pass from the global one
+_GLOBALLY_SEEDED = (RandomSampler, SubsetRandomSampler, WeightedRandomSampler)
 
 
 class TunedLoader:
@@ -41,11 +53,24 @@ class TunedLoader:
         # under a process group without a sampler of the user's: this rank's share
         self.distributed_sampler = distributed.sampler_for(dataset, user_kwargs)
         self.telemetry = loop.telemetry if loop is not None else Telemetry()
-        self.fixed_reasons = self._fixed_reasons(splits_by_worker)
+        self._reasons = self._known_reasons(splits_by_worker)
+        self._order_checked = False
         self.configure(knobs)
 
-    def _fixed_reasons(self, splits_by_worker: bool | None) -> dict[str, str]:
-        """Knobs that must not be tuned for this loader, each with the reason."""
+    @property
+    def fixed_reasons(self) -> dict[str, str]:
+        """Knobs that must not be tuned for this loader, each with the reason. Whether workers
+        would change the sample order is checked on first use (it loads one sample), so a
+        loader nobody tunes never loads more than the DataLoader does."""
+        if not self._order_checked:
+            self._order_checked = True
+            reason = self._order_reason()
+            if reason is not None:
+                self._reasons["num_workers"] = reason
+        return self._reasons
+
+    def _known_reasons(self, splits_by_worker: bool | None) -> dict[str, str]:
+        """The reasons known from the arguments alone, without loading a sample."""
         reasons = {name: "passed explicitly to tuned_loader" for name in Knobs.LOADER
                    if name in self.user_kwargs}
         if "num_workers" not in reasons and isinstance(self.dataset, IterableDataset):
@@ -56,6 +81,55 @@ class TunedLoader:
                     "stream by worker (every worker would yield every sample); pass "
                     "splits_by_worker=True to tuned_loader if it does")
         return reasons
+
+    def _order_reason(self) -> str | None:
+        """Why workers would change the sample order, if they would: the shuffle is seeded
+        from torch's global generator at each pass and loading a sample draws from it too."""
+        if "num_workers" in self._reasons or not self._seeded_globally():
+            return None
+        name = type(self.dataset).__name__
+        try:
+            draws = self._loading_draws_from_torch()
+        except Exception as exc:  # noqa: BLE001 - the user's dataset; training must run
+            return (f"loading sample 0 of {name} to check whether it draws random numbers "
+                    f"failed ({apply.one_line(exc)}), and the shuffle is seeded from torch's "
+                    "global generator; pass generator= to tuned_loader to allow workers")
+        if not draws:
+            return None
+        return (f"loading a sample of {name} draws from torch's global random generator, "
+                "which with num_workers=0 also seeds the next epoch's shuffle: workers would "
+                "change the sample order from the second epoch on; pass "
+                "generator=torch.Generator().manual_seed(...) to tuned_loader to allow workers")
+
+    def _seeded_globally(self) -> bool:
+        """Whether the sampler seeds each pass from torch's global generator (a shuffle
+        without ``generator=``, or torch's random samplers without one)."""
+        if self.distributed_sampler is not None or isinstance(self.dataset, IterableDataset):
+            return False
+        kwargs = self.user_kwargs
+        batches, sampler = kwargs.get("batch_sampler"), kwargs.get("sampler")
+        if isinstance(batches, BatchSampler):
+            sampler = batches.sampler
+        elif batches is not None:
+            return False  # the user's own batches: how they are drawn is theirs
+        if sampler is None:
+            return bool(kwargs.get("shuffle")) and kwargs.get("generator") is None
+        return isinstance(sampler, _GLOBALLY_SEEDED) and sampler.generator is None
+
+    def _loading_draws_from_torch(self) -> bool:
+        """Whether loading and collating sample 0 advances torch's global CPU generator (the
+        one a shuffle without ``generator=`` seeds from). The global generators' states
+        (torch's, Python's, numpy's) are put back: the check moves no random stream."""
+        unbatched = "batch_size" in self.user_kwargs and self.user_kwargs["batch_size"] is None
+        collate = self.user_kwargs.get("collate_fn") or (
+            default_convert if unbatched else default_collate)
+        before = _global_states()
+        try:
+            sample = self.dataset[0]
+            collate(sample if unbatched else [sample])
+            return not torch.equal(before["torch"], torch.random.get_rng_state())
+        finally:
+            _restore_states(before)
 
     def configure(self, knobs: Knobs) -> None:
         """(Re)build the inner DataLoader for ``knobs``; the user's own keywords win."""
@@ -94,16 +168,20 @@ class TunedLoader:
                                         torch.utils.data.dataloader._InfiniteConstantSampler))
 
     def __iter__(self) -> Iterator[Any]:
-        source = self.batches()
         observers = hooks.current()
-        return source if observers is hooks.NOBODY else observers.batches(self, source)
+        if observers is hooks.NOBODY:
+            return self.batches()
+        return observers.batches(self, LoaderPass(self))
 
     def batches(self, source: Iterable[Any] | None = None) -> Iterator[Any]:
         """The inner DataLoader's batches (or ``source``'s, e.g. cached ones), timed, moved to
-        a linked loop's device, each noted with the samples it should hold."""
+        a linked loop's device, each noted with the samples it should hold. The iterator is
+        made now, as ``iter(DataLoader)`` makes it (its seed draws included)."""
+        return self._timed(iter(self.dataloader if source is None else source))
+
+    def _timed(self, iterator: Iterator[Any]) -> Iterator[Any]:
         telemetry = self.telemetry
         clock = time.perf_counter
-        iterator = iter(self.dataloader if source is None else source)
         expect = self._expected_counts()
         exact = not isinstance(self.dataset, IterableDataset)  # the sampler's counts are exact
         moving = self._device is not None
@@ -169,6 +247,41 @@ class TunedLoader:
         return self.telemetry.stats()
 
 
+class LoaderPass(Iterator[Any]):
+    """One pass over a loader's batches as observers receive it: started by ``start()`` or
+    the first ``next()``. An observer that replaces the stream (the autotune child) thus
+    starts no DataLoader iterator for nothing; one that passes it on calls ``start()`` where
+    ``iter(DataLoader)`` would draw its seeds."""
+
+    def __init__(self, loader: TunedLoader) -> None:
+        self.loader = loader
+        self.stream: Iterator[Any] | None = None
+
+    def start(self) -> Iterator[Any]:
+        if self.stream is None:
+            self.stream = self.loader.batches()
+        return self.stream
+
+    def __next__(self) -> Any:
+        return next(self.start())
+
+
+def _global_states() -> dict[str, Any]:
+    """The state of each global generator a dataset may draw from (numpy's when loaded)."""
+    states: dict[str, Any] = {"torch": torch.random.get_rng_state(), "random": random.getstate()}
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        states["numpy"] = numpy.random.get_state()
+    return states
+
+
+def _restore_states(states: dict[str, Any]) -> None:
+    torch.random.set_rng_state(states["torch"])
+    random.setstate(states["random"])
+    if "numpy" in states:
+        sys.modules["numpy"].random.set_state(states["numpy"])
+
+
 def _repeat(value: int) -> Iterator[int]:
     while True:
         yield value
@@ -209,7 +322,8 @@ def tuned_loader(dataset: Any, *args: Any, loop: TunedLoop | None = None,
             its code calling ``get_worker_info()``); otherwise each would yield every sample.
 
     Tuned: ``num_workers``, ``pin_memory``, ``prefetch_factor``, ``persistent_workers``.
-    Batches, their order and ``len()`` are the DataLoader's. Under an initialised process
+    Batches, their order and ``len()`` are the DataLoader's; tuned workers are not applied
+    where they would change a shuffle's order (one warning says why: docs/runtime.md). Under an initialised process
     group, a map-style dataset without a sampler of yours is shared out between the ranks
     by a ``DistributedSampler`` (see docs/distributed.md). Example::
 

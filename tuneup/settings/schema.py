@@ -30,11 +30,14 @@ class KnobFacts:
     complexity: int  # weight in "simpler": fewer and lighter changes win ties
     safe_across_machines: bool = False  # may apply on another machine (settings fingerprint)
     changes_numerics: bool = False  # may change what the model computes (within tolerance)
-    changes_data_order: bool = False  # may change the order the samples arrive in
+    changes_data_order: bool = False  # may change the order a sampler gives the samples in
+    # the random draws it moves, in words (docs/settings.md): a tuned run is another draw of
+    # the same distributions there, never bit-identical to the untuned one; "" for none
+    random_streams: str = ""
 
 
 def _knob(label: str, group: str | None, pytorch_default: Any, complexity: int,
-          **facts: bool) -> Any:
+          **facts: Any) -> Any:
     return field(default=None, metadata={"facts": KnobFacts(label, group, pytorch_default,
                                                             complexity, **facts)})
 
@@ -44,19 +47,31 @@ class Knobs:
     """What the autotuner chose. ``None`` = PyTorch default, untouched. Hashable: equal knobs
     are the same point of the search."""
 
-    num_workers: int | None = _knob("workers", "loader", 0, 1)
+    # the runtime does not apply it where it would change the sample order: a shuffle seeded
+    # from torch's global generator over a dataset whose loading draws from that generator
+    num_workers: int | None = _knob(
+        "workers", "loader", 0, 1,
+        random_streams="draws made while loading come from PyTorch's per-worker seeds and no "
+        "longer advance the main process's generators (dropout masks and later draws there "
+        "change)")
     pin_memory: bool | None = _knob("pin_memory", "loader", False, 1, safe_across_machines=True)
     # a deeper prefetch costs host (shared) memory for 2 more batches per worker and changes
     # neither what the model computes nor the samples' order: no heavier than the default,
     # so a tie over it is not decided by weight (docs/autotune.md, The method)
     prefetch_factor: int | None = _knob("prefetch", "loader", 2, 0)
     # PyTorch's seeded shuffle order changes from the second epoch on with persistent workers
-    persistent_workers: bool | None = _knob("persistent", "loader", False, 1,
-                                            changes_data_order=True)
+    persistent_workers: bool | None = _knob(
+        "persistent", "loader", False, 1, changes_data_order=True,
+        random_streams="workers keep their generators across epochs, and no base seed is drawn "
+        "from torch's global generator per epoch: a shuffle seeded from it changes order")
     # samples per forward/backward inside loop.train_step; None = the whole batch
-    micro_batch_size: int | None = _knob("micro_batch", "batch", None, 3, changes_numerics=True)
+    micro_batch_size: int | None = _knob(
+        "micro_batch", "batch", None, 3, changes_numerics=True,
+        random_streams="dropout masks and other draws of the forward pass, drawn piece by piece")
     amp_dtype: str | None = _knob("amp", "amp", None, 3, changes_numerics=True)  # AMP_DTYPES
-    compile_mode: str | None = _knob("compile", "compile", None, 4, changes_numerics=True)
+    compile_mode: str | None = _knob(
+        "compile", "compile", None, 4, changes_numerics=True,
+        random_streams="dropout masks: compiled graphs draw with their own random kernels")
     cpu_threads: int | None = _knob("threads", "threads", None, 1)  # torch.set_num_threads
     cudnn_benchmark: bool | None = _knob("cudnn_benchmark", "compile", False, 1,
                                          changes_numerics=True)
