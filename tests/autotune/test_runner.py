@@ -158,7 +158,8 @@ def test_script_without_the_wrappers(tmp_path):
     script.write_text("print('training without tuneup')\n")
     with Runner(script) as runner, pytest.raises(ScriptError) as error:
         runner.run(trials("a"))
-    assert str(error.value) == "plain.py never called tuned_loader — see docs/autotune.md"
+    assert str(error.value) == ("plain.py never called tuned_loop or tuned_loader — see "
+                                "docs/autotune.md")
 
 
 def test_script_failing_on_its_own_shows_its_stderr(tmp_path):
@@ -167,7 +168,7 @@ def test_script_failing_on_its_own_shows_its_stderr(tmp_path):
     with Runner(script) as runner, pytest.raises(ScriptError) as error:
         runner.run(trials("a"))
     message = str(error.value)
-    assert message.startswith("broken.py never called tuned_loader")
+    assert message.startswith("broken.py failed (exit status 1) and never called tuned_loop")
     assert "KeyError: 'missing'" in message and "exit status 1" in message
 
 

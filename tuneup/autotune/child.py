@@ -14,12 +14,14 @@ import atexit
 import contextlib
 import copy
 import ctypes
+import functools
 import importlib.util
 import io
 import json
 import math
 import os
 import pickle
+import platform
 import shutil
 import signal
 import sys
@@ -119,6 +121,10 @@ class TrialSession(hooks.Observer):
         self.reference: dict[str, Any] = {}
         self.check_losses: list[float] = []
         self.empty_loader = False  # the last loader iterated before training yielded nothing
+        self.loaders_created = 0
+        self.threads_at_install = torch.get_num_threads()
+        self.script_threads: int | None = None  # the script's own set_num_threads, before training
+        _watch_thread_calls(self)
         self.process = psutil.Process()
         self._previous_excepthook = sys.excepthook
         sys.excepthook = self._excepthook
@@ -127,6 +133,9 @@ class TrialSession(hooks.Observer):
     # -- hooks the runtime calls --------------------------------------------------------
     def initial_knobs(self, knobs: Knobs) -> Knobs:
         return Knobs()  # trials start from PyTorch's defaults, whatever a settings file says
+
+    def loader_created(self, loader: TunedLoader) -> None:
+        self.loaders_created += 1
 
     def loop_created(self, loop: TunedLoop) -> None:
         if self.loop is None:
@@ -220,6 +229,10 @@ class TrialSession(hooks.Observer):
 
     # -- trials ------------------------------------------------------------------------
     def _begin(self) -> None:
+        # the script's set-up is done: the process-wide switches it set are the baseline's
+        # (read when the observer was installed, a set_num_threads(1) after tuned_loop was
+        # overridden by every trial: a 9.3x "speed-up" for the one thread it already had)
+        self.defaults = apply.process_defaults()
         self.started = True
         self.phase = "warmup"
         self._hello()
@@ -243,7 +256,8 @@ class TrialSession(hooks.Observer):
     def _hello(self) -> None:
         loop, loader = self.loop, self.loader
         bf16 = loop.device.type != "cuda" or torch.cuda.is_bf16_supported()
-        reasons = dict(loader.fixed_reasons)
+        reasons = {**loader.fixed_reasons, **self._script_pins()}
+        fixed = sorted(reasons)
         dtypes = [d for d in AMP_DTYPES if apply.amp_problem(d, loop.device.type, bf16) is None]
         if self.malloc_problem is not None:
             reasons["fixed_malloc_thresholds"] = self.malloc_problem
@@ -263,11 +277,32 @@ class TrialSession(hooks.Observer):
             "usable_cores": max(1, _usable_cores() // (distributed.local_world_size()
                                                        if self.plan.ranks > 1 else 1)),
             "ranks": _world_size(),
-            "fixed_knobs": sorted(loader.fixed_reasons),
+            "fixed_knobs": fixed,
             "fixed_reasons": reasons,
             "shuffles": loader.shuffles,
             "waits_for_next_plan": self.plan.waits_for_next_plan,
         })
+
+    def _script_pins(self) -> dict[str, str]:
+        """Process-wide knobs the script set itself, each with how it was seen: the user's
+        decision, never tuned (a settings file would override it in the run)."""
+        pins: dict[str, str] = {}
+        threads = torch.get_num_threads()
+        default = torch_default_threads()
+        if self.script_threads is not None:
+            pins["cpu_threads"] = (f"the script calls torch.set_num_threads"
+                                   f"({self.script_threads}) itself")
+        elif default is not None and self.threads_at_install != default:
+            pins["cpu_threads"] = (f"the script runs {threads} intra-op thread(s) where torch's "
+                                   f"default here is {default} (torch.set_num_threads before "
+                                   "tuned_loop)")
+        if torch.backends.cudnn.benchmark:
+            pins["cudnn_benchmark"] = "the script sets torch.backends.cudnn.benchmark itself"
+        precision = torch.get_float32_matmul_precision()
+        if precision != "highest":
+            pins["float32_matmul_precision"] = (f"the script calls torch.set_float32_matmul_"
+                                                f"precision({precision!r}) itself")
+        return pins
 
     def _load_reference(self) -> None:
         """The state every trial starts from and the batches check losses are computed on,
@@ -510,8 +545,13 @@ class TrialSession(hooks.Observer):
         self.finished = True
 
     def _not_started_reason(self) -> str:
+        """What is missing, by what the runtime saw: said as the headline, so it must not
+        name a wrapper the script did call."""
         if self.loop is None:
-            return "the script never called tuned_loop(model, optimizer)"
+            also = "" if self.loaders_created else " (nor tuned_loader)"
+            return f"the script never called tuned_loop(model, optimizer){also}"
+        if not self.loaders_created:
+            return "the script never called tuned_loader(dataset, ..., loop=loop)"
         if self.empty_loader:
             return ("a tuned_loader yielded no batch (a dataset smaller than batch_size with "
                     "drop_last=True?)")
@@ -535,6 +575,41 @@ class TrialSession(hooks.Observer):
 _END = object()
 PLAN_POLL_S = 0.01  # how often an idle child looks for its next plan
 SLOW_BFLOAT16 = 3.0  # bfloat16 this many times slower than float32: not worth a trial
+
+
+def _watch_thread_calls(session: TrialSession) -> None:
+    """Note the script's own ``torch.set_num_threads`` calls until training starts (the
+    child's own, through :mod:`tuneup.runtime.apply`, come after): a thread count the script
+    sets is its decision and the baseline's value."""
+    original = torch.set_num_threads
+
+    @functools.wraps(original)
+    def set_num_threads(count: int) -> None:
+        if not session.started:
+            session.script_threads = count
+        original(count)
+
+    torch.set_num_threads = set_num_threads
+
+
+def torch_default_threads(environ: dict[str, str] | None = None) -> int | None:
+    """The intra-op thread count torch starts with (ATen's ``intraop_default_num_threads``):
+    ``MKL_NUM_THREADS`` or ``OMP_NUM_THREADS``, else the physical cores where fewer than the
+    logical ones (x86), else the logical ones; None when the cores cannot be counted."""
+    environ = os.environ if environ is None else environ
+    for name in ("MKL_NUM_THREADS", "OMP_NUM_THREADS"):
+        with contextlib.suppress(ValueError):
+            if int(environ.get(name, "0")) > 0:
+                return int(environ[name])
+    logical = psutil.cpu_count(logical=True)
+    physical = psutil.cpu_count(logical=False)
+    if physical and logical and physical < logical and _x86():
+        return physical
+    return logical
+
+
+def _x86() -> bool:
+    return platform.machine().lower() in ("x86_64", "amd64", "i686", "x86")
 
 
 def _save_atomically(value: Any, path: Path) -> None:

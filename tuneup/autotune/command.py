@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import errno
+import fcntl
 import json
 import math
 import os
 import re
 import signal
+import stat
 import tempfile
 import time
 from collections.abc import Iterator
@@ -117,7 +120,7 @@ def autotune(script: Path, script_args: tuple[str, ...], budget: float, output: 
     if not writable_dir(output.parent):
         raise UsageError(f"cannot write settings into {output.parent} (choose another --output)")
     try:
-        with stop_signals_interrupt():
+        with output_lock(output, script), stop_signals_interrupt():
             result = tune(script, list(script_args), options, budget, output, output_format,
                           nproc_per_node)
     except KeyboardInterrupt:
@@ -128,6 +131,70 @@ def autotune(script: Path, script_args: tuple[str, ...], budget: float, output: 
         click.echo(json.dumps(result, indent=2))
     if result.get("error"):
         raise TuneupError(result["error"])
+
+
+@contextlib.contextmanager
+def output_lock(output: Path, script: Path) -> Iterator[None]:
+    """Hold ``<output>.lock`` while tuning, so that a second autotune writing the same
+    settings file refuses with one line naming the first, instead of both saying "settings
+    written" and the last silently winning. The lock is ``flock``, so one a killed run left
+    behind is free again; the file is opened without following a link (``O_NOFOLLOW``) and
+    removed, still held, at the end (a run that opened it meanwhile sees it gone and opens
+    the new one)."""
+    path = Path(os.path.realpath(output.parent)) / f"{output.name}.lock"
+    fd = _take_lock(path, output, script)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        os.close(fd)
+
+
+def _take_lock(path: Path, output: Path, script: Path, tries: int = 5) -> int:
+    """The open, locked lock file, holding this run's description for a second run to name;
+    a :class:`TuneupError` naming the holder when another run has it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for _ in range(tries):
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
+                         | os.O_CLOEXEC, 0o600)
+        except OSError as exc:
+            why = "a symbolic link" if exc.errno == errno.ELOOP else exc.strerror or str(exc)
+            raise TuneupError(f"cannot lock {path} ({why}): remove it or choose another "
+                              "--output") from None
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise TuneupError(f"cannot lock {path} (not a regular file): remove it or choose "
+                              "another --output")
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            text = os.pread(fd, 300, 0).decode("utf-8", "replace")
+            holder = "".join(c for c in text if c.isprintable()).strip() or "unknown"
+            os.close(fd)
+            if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                raise TuneupError(f"cannot lock {path} ({exc.strerror}): choose another "
+                                  "--output") from None
+            raise TuneupError(f"another tuneup autotune ({holder}) is writing {output}: wait "
+                              "for it to finish, or choose another --output") from None
+        if _still_at(fd, path):
+            started = datetime.datetime.now().strftime("%Y-%m-%d %H:%M:%S")
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"pid {os.getpid()}, {script}, started {started}".encode(), 0)
+            return fd
+        os.close(fd)  # its holder removed it as this run opened it: take the new one
+    raise TuneupError(f"cannot lock {path}: it keeps being replaced; choose another --output")
+
+
+def _still_at(fd: int, path: Path) -> bool:
+    """Whether ``path`` still names the file open as ``fd`` (not removed or replaced)."""
+    try:
+        now = os.stat(path, follow_symlinks=False)
+    except OSError:
+        return False
+    held = os.fstat(fd)
+    return (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino)
 
 
 @contextlib.contextmanager
@@ -223,7 +290,9 @@ def settings_for(outcome: Outcome, script: Path, nproc_per_node: int = 1) -> Set
         knobs=outcome.file_knobs,
         measured=Measurement(
             baseline_samples_per_s=round(outcome.baseline_samples_per_s, 2),
-            tuned_samples_per_s=round(outcome.tuned_samples_per_s, 2),
+            # no tuned figure (so no speed-up) for the baseline kept: nothing was tuned
+            tuned_samples_per_s=(None if outcome.kept_baseline
+                                 else round(outcome.tuned_samples_per_s, 2)),
             effective_batch_size=outcome.facts.effective_batch,
             device=outcome.facts.device,
             confirmed=outcome.confirmed,

@@ -18,6 +18,9 @@ PROTOCOL = 1
 ENV_PROBE = "TUNEUP_PROBE"  # the plan's path, set for the child
 ENV_RANK = "RANK"  # set by torchrun: which rank of a multi-process trial this child is
 OBSERVER = "tuneup.autotune.child:install"  # named in TUNEUP_OBSERVERS for the child
+# set for each trial process, inherited by everything it starts: the parent ends every
+# process carrying its value with the trial process, detached ones included
+ENV_MARKER = "TUNEUP_AUTOTUNE_PROCESS"
 
 # Exit codes of the child process.
 EXIT_DONE, EXIT_BAD_PLAN, EXIT_TRIAL_FAILED = 0, 2, 3

@@ -99,10 +99,12 @@ def to_json(outcome: Outcome, script: Path, output: Path | None, elapsed_s: floa
         "ranks": outcome.facts.ranks,
         "baseline": describe(outcome.baseline_knobs),
         "baseline_samples_per_s": round(outcome.baseline_samples_per_s, 2),
-        "tuned_samples_per_s": round(outcome.tuned_samples_per_s, 2),
-        "speedup": round(outcome.speedup, 3),
+        "tuned_samples_per_s": (None if outcome.kept_baseline
+                                else round(outcome.tuned_samples_per_s, 2)),
+        "speedup": None if outcome.speedup is None else round(outcome.speedup, 3),
         "speedup_interval": ([round(v, 3) for v in outcome.speedup_interval]
                              if outcome.speedup_interval else None),
+        "speedup_measured_by": outcome.measured_by,
         "confirmed": outcome.confirmed,
         "runner_up": _runner_up_json(outcome),
         "knobs": {name: {"default": default, "chosen": chosen}
@@ -161,10 +163,13 @@ def print_table(console: Console, outcome: Outcome, output: Path | None, elapsed
         table.add_row(name, _show(default), Text(_show(chosen), style=style))
     console.print(table)
     hw = outcome.facts
-    console.print(f"samples/s: {baseline_label(outcome)} {outcome.baseline_samples_per_s:,.0f}"
-                  " -> tuned "
-                  f"{outcome.tuned_samples_per_s:,.0f}, "
-                  f"speedup [bold]{escape(speedup_text(outcome))}[/bold]", highlight=False)
+    if outcome.kept_baseline:
+        console.print(f"samples/s: {baseline_label(outcome)} {outcome.baseline_samples_per_s:,.0f}"
+                      f"; {escape(speedup_text(outcome))}", highlight=False)
+    else:
+        console.print(f"samples/s: {baseline_label(outcome)} {outcome.baseline_samples_per_s:,.0f}"
+                      f" -> tuned {outcome.tuned_samples_per_s:,.0f}, "
+                      f"speedup [bold]{escape(speedup_text(outcome))}[/bold]", highlight=False)
     if outcome.runner_up is not None:
         console.print(runner_up_text(outcome.runner_up), highlight=False, markup=False)
     ranks = f" on each of {hw.ranks} ranks" if hw.ranks > 1 else ""
@@ -182,17 +187,18 @@ def print_table(console: Console, outcome: Outcome, output: Path | None, elapsed
 
 
 def speedup_text(outcome: Outcome) -> str:
-    """``1.61x [1.52, 1.70]`` when confirmed by interleaved re-runs, else marked unconfirmed;
-    nothing to confirm when the baseline was kept."""
+    """``1.61x [1.52, 1.70] (confirmed: re-measured in 4 interleaved round(s) ...)``: the
+    figure with how it was measured; no figure when the baseline was kept (its runs set
+    against themselves show only noise)."""
+    if outcome.kept_baseline:
+        kept = ("the largest micro-batch that fits kept: nothing beat it" if outcome.knobs.changed()
+                else "PyTorch's defaults kept: nothing beat them")
+        return f"{kept} beyond noise; no speed-up to claim"
     text = f"{outcome.speedup:.2f}x"
-    if outcome.knobs == outcome.baseline_knobs and outcome.knobs.changed():
-        return text + " (the largest micro-batch that fits kept: nothing beat it beyond noise)"
-    if not outcome.knobs.changed():
-        return text + " (PyTorch's defaults kept: nothing beat them beyond noise)"
     if outcome.speedup_interval:
         low, high = outcome.speedup_interval
         text += f" [{low:.2f}, {high:.2f}]"
-    return text if outcome.confirmed else text + " (unconfirmed)"
+    return f"{text} ({outcome.measured_by})"
 
 
 def baseline_label(outcome: Outcome) -> str:

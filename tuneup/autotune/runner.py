@@ -13,6 +13,7 @@ import contextlib
 import json
 import math
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -98,6 +99,7 @@ class _Process:
     stderr: Path
     started: float
     next_plan: Path  # where this process looks for its next plan
+    marker: str  # its protocol.ENV_MARKER value, inherited by all it starts
     said_hello: bool = False
     waits: bool = False  # its hello said it waits for a next plan after its last trial
     last_knobs: Knobs | None = None  # of the trial it started last, whatever its plan
@@ -121,10 +123,12 @@ class _Process:
                 for event in events for merged in self.ranks.add(rank, event)]
 
     def kill(self) -> None:
-        """Kill the script and every descendant: its process group, and the members of its
-        tree that started a session of their own (found before anything is killed)."""
+        """Kill the script and every descendant: its process group, the members of its tree
+        that started a session of their own (found before anything is killed), and those
+        that left the tree (a double fork) but carry its marker."""
         kill_tree(self.popen.pid)
         self.popen.wait()
+        kill_marked(self.marker)
 
     def stderr_text(self) -> str:
         try:
@@ -175,6 +179,37 @@ def kill_tree(pid: int) -> None:
     for member in members:
         with contextlib.suppress(psutil.Error):
             member.kill()
+
+
+def kill_marked(marker: str, passes: int = 5) -> None:
+    """SIGKILL this user's processes whose environment carries ``marker`` (see
+    :data:`protocol.ENV_MARKER`): a process the script detached with a double fork was
+    reparented out of its tree, where :func:`kill_tree` cannot see it, and one in a session
+    of its own is out of reach once the script has exited. Looked for again while one is
+    found (it may have forked as it was killed). About 25 ms on a machine of 80 processes."""
+    import psutil
+
+    for _ in range(passes):
+        found = [process for process in psutil.process_iter(["uids"]) if _carries(process, marker)]
+        if not found:
+            return
+        for process in found:
+            with contextlib.suppress(psutil.Error):
+                process.kill()
+        psutil.wait_procs(found, timeout=1.0)
+
+
+def _carries(process: psutil.Process, marker: str) -> bool:
+    """Whether ``process`` (of this user, not this one) was started with ``marker``."""
+    import psutil
+
+    uids = process.info.get("uids")
+    if process.pid == os.getpid() or uids is None or uids.real != os.getuid():
+        return False
+    try:
+        return process.environ().get(protocol.ENV_MARKER) == marker
+    except psutil.Error:  # gone, a zombie, or unreadable
+        return False
 
 
 def last_line(text: str) -> str:
@@ -342,16 +377,17 @@ class Runner:
         stderr = self._workdir / f"stderr-{n}.txt"
         scratch = self._workdir / "tmp"  # the child's TMPDIR: removed with the work directory
         scratch.mkdir(exist_ok=True)
+        marker = f"{os.getpid()}-{n}-{secrets.token_hex(8)}"
         env = {**os.environ, protocol.ENV_PROBE: str(plan_path),
                ENV_OBSERVERS: protocol.OBSERVER, "TMPDIR": str(scratch), "TEMP": str(scratch),
-               "TMP": str(scratch)}
+               "TMP": str(scratch), protocol.ENV_MARKER: marker}
         with stderr.open("wb") as err:
             popen = subprocess.Popen(
                 [*self._launcher(), str(self.script), *self.args],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
                 env=env, start_new_session=True,
             )
-        return _Process(popen, files, stderr, time.monotonic(), next_plan)
+        return _Process(popen, files, stderr, time.monotonic(), next_plan, marker)
 
     def _launcher(self) -> list[str]:
         """The interpreter, or torchrun with the local ranks on a free port of this host,
@@ -441,14 +477,14 @@ class Runner:
                 if failure is not None:
                     process.kill()
                     if not process.said_hello and self.facts is None and failure.status == HANG:
-                        raise ScriptError(self._never_called_message(process, failure.message))
+                        raise ScriptError(self._slow_start_message())
                     return finished + [failure], False
                 time.sleep(POLL_S)
             if continued and not begun:
                 return [], False  # it died while it waited: the plan goes to a fresh process
             if not process.said_hello:
                 if self.facts is None:
-                    raise ScriptError(self._never_called_message(process, exit_message))
+                    raise ScriptError(self._never_started_message(process, exit_message))
                 return [self._crash(pending[0], process, exit_message)], False
             unfinished = current is not None and all(r.trial.id != current.id for r in finished)
             if unfinished and not script_ended:
@@ -471,7 +507,11 @@ class Runner:
         if due is None:
             return None
         if self.time_left() <= 0:
-            return TrialResult(due, BUDGET, message="budget exhausted during the trial")
+            if process.said_hello:
+                return TrialResult(due, BUDGET, message="budget exhausted during the trial")
+            return TrialResult(due, BUDGET, message=(
+                f"budget exhausted during start-up: no training step "
+                f"{time.monotonic() - process.started:.0f} s after the script started"))
         limit = self._trial_timeout(due) if process.said_hello else self.startup_timeout
         if quiet_s > limit:
             where = "the trial" if process.said_hello else "start-up (no hello)"
@@ -505,15 +545,34 @@ class Runner:
         message = f"process died ({process.exit_description()})" + (f": {tail}" if tail else "")
         return TrialResult(trial, CRASH, message=message)
 
-    def _never_called_message(self, process: _Process, why: str = "") -> str:
-        message = f"{self.script.name} never called tuned_loader — see docs/autotune.md"
-        if why:
-            message += f" ({why})"
+    def _never_started_message(self, process: _Process, why: str = "") -> str:
+        """The script ended before its first training step: what the child saw missing
+        (``why``), or, without a word from it, that neither wrapper was called; and its own
+        failure, when it failed."""
+        failed = process.popen.returncode != 0
+        if why and failed:  # an exception before training: the child's one line of it
+            message = f"{self.script.name} failed before its first training step: {why}"
+        elif why:
+            message = f"{self.script.name}: {why} — see docs/autotune.md"
+        elif failed:
+            message = (f"{self.script.name} failed ({process.exit_description()}) and never "
+                       "called tuned_loop or tuned_loader: fix that first")
+        else:
+            message = (f"{self.script.name} never called tuned_loop or tuned_loader — see "
+                       "docs/autotune.md")
         tail = process.stderr_tail()
-        if process.popen.returncode != 0 and tail:
+        if failed and tail:
             indented = "\n".join("  " + line for line in tail.splitlines())
-            message += f"\nit failed on its own ({process.exit_description()}):\n{indented}"
+            message += f"\nits own output ({process.exit_description()}):\n{indented}"
         return message
+
+    def _slow_start_message(self) -> str:
+        """No training step within the start-up timeout: the script is slow to start
+        (imports, data) or stuck before its loop, which says nothing of the wrappers."""
+        return (f"{self.script.name} reached no training step within {self.startup_timeout:.0f}"
+                " s of starting: it is stuck before its training loop, or its start-up "
+                "(imports, building its data) takes longer than that; check that it trains "
+                "when run on its own")
 
 
 def process_tree_memory(pid: int, above: int = 0) -> int:

@@ -265,6 +265,12 @@ class LoaderPass(Iterator[Any]):
     def __next__(self) -> Any:
         return next(self.start())
 
+    def close(self) -> None:
+        """End the pass (a generator's ``close``): its DataLoader iterator and workers go."""
+        close = getattr(self.stream, "close", None)
+        if close is not None:
+            close()
+
 
 def _global_states() -> dict[str, Any]:
     """The state of each global generator a dataset may draw from (numpy's when loaded)."""

@@ -40,7 +40,19 @@ MAX_ROUNDS = 32  # a tie that stays undecided does not take a large budget's eve
 def confirm(search: Search) -> Outcome:
     """Re-run the winner, the defaults and a rival; within noise the simpler settings win.
     The speed-up is the ratio of geometric-mean speeds over every run of the pick and the
-    defaults, with its 95 % interval."""
+    defaults, with its 95 % interval; none when the baseline is kept."""
+    outcome = _confirm(search)
+    if outcome.kept_baseline:  # one speed, from every run of it: no speed-up to claim
+        runs = _step_times(search.results, outcome.baseline_knobs)
+        speed = (search.facts.samples_per_step / statistics.geometric_mean(runs) if runs
+                 else outcome.baseline_samples_per_s)
+        outcome.baseline_samples_per_s = outcome.tuned_samples_per_s = speed
+        outcome.speedup_interval = None
+        outcome.measured_by = f"{_name(outcome.baseline_knobs)} kept: no speed-up to claim"
+    return outcome
+
+
+def _confirm(search: Search) -> Outcome:
     assert search.baseline is not None and search.incumbent_result is not None
     search.on_stage("confirm")
     _name_a_noisy_machine(search)
@@ -56,7 +68,6 @@ def confirm(search: Search) -> Outcome:
         rival = contender = closest_contender(search)
     configs = list(dict.fromkeys(k for k in (tuned, default, rival) if k is not None))
     if len(configs) < 2:  # the defaults, and nothing left within reach of them
-        outcome.tuned_samples_per_s = outcome.baseline_samples_per_s
         if default.changed():  # no stage beat the micro-batch that fits
             _note_kept(search, default)
         return outcome
@@ -104,7 +115,21 @@ def confirm(search: Search) -> Outcome:
     outcome.confirmed = True
     outcome.speedup_interval = speedup
     outcome.runner_up = runner_up(pick, runs, step)
+    outcome.measured_by = _how_confirmed(search, runs, pick, default)
     return outcome
+
+
+def _how_confirmed(search: Search, runs: dict[Knobs, list[TrialResult]], pick: Knobs,
+                   default: Knobs) -> str:
+    """How the speed-up was measured, said beside it: the confirmation's interleaved rounds,
+    and which runs the figure pools."""
+    rounds = len(runs.get(pick, []))
+    beside = [_name(k) if k == default else describe(k) for k in runs if k != pick]
+    where = f" beside {' and '.join(beside)}" if beside else ""
+    stages = "" if default in runs else " (the defaults' from the stages)"
+    return (f"confirmed: re-measured in {rounds} interleaved round(s){where}; the ratio of "
+            f"geometric-mean speeds over every run of both in the search{stages}, 95 % "
+            "interval")
 
 
 def _two_to_rerun(search: Search, configs: list[Knobs], doubt: Knobs | None

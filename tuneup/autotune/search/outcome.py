@@ -53,6 +53,8 @@ class Outcome:
     speedup_interval: tuple[float, float] | None = None
     runner_up: RunnerUp | None = None
     baseline_knobs: Knobs = field(default_factory=Knobs)
+    # how the speed-up was measured, said beside it
+    measured_by: str = "unconfirmed: from single trials of the stages, not re-measured"
 
     @property
     def file_knobs(self) -> Knobs:
@@ -60,5 +62,14 @@ class Outcome:
         return self.facts.as_run(self.knobs)
 
     @property
-    def speedup(self) -> float:
+    def kept_baseline(self) -> bool:
+        """Nothing beat the baseline: there is no tuned setting to claim a speed-up for."""
+        return self.knobs == self.baseline_knobs
+
+    @property
+    def speedup(self) -> float | None:
+        """Tuned over baseline; None when the baseline was kept (its runs measured against
+        themselves would only show noise: 1.72x once, for the defaults kept)."""
+        if self.kept_baseline:
+            return None
         return self.tuned_samples_per_s / self.baseline_samples_per_s

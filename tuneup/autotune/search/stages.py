@@ -61,12 +61,28 @@ def measure_baseline(search: Search) -> TrialResult:
         baseline = _fitting_micro_batch(search, baseline)
     if baseline.status == protocol.OOM:
         raise _out_of_memory(search, baseline, tried=facts is not None)
+    if baseline.status == protocol.BUDGET:
+        raise _out_of_budget(search, baseline, started=facts is not None)
     if not baseline.ok:
         raise SearchError(f"the script fails with PyTorch defaults ({baseline.status}: "
                           f"{baseline.message}); fix that before tuning")
     if baseline.micro_batch_blocked:
         search.note(f"batch: micro-batching left alone: {baseline.micro_batch_blocked}")
     return baseline
+
+
+def _out_of_budget(search: Search, baseline: TrialResult, started: bool) -> SearchError:
+    """The budget ran out before the defaults were measured once: nothing failed, so the
+    script must not be told it does (a 60 s import was told to fix itself)."""
+    if not started:
+        return SearchError(f"start-up exceeded the budget ({baseline.message}): the script's "
+                           "imports and data set-up must fit in --budget with room for the "
+                           "trials; give a larger --budget")
+    startup = search.executor.startup_s
+    took = f" after a {startup:.0f} s start-up" if startup is not None else ""
+    return SearchError(f"the budget ran out while the script was still training with "
+                       f"PyTorch's defaults, in its first measured trial{took}: nothing "
+                       "failed, the budget holds too little of it; give a larger --budget")
 
 
 def _out_of_memory(search: Search, baseline: TrialResult, tried: bool) -> SearchError:
