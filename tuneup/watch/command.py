@@ -10,7 +10,6 @@ import math
 import os
 import signal
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,13 +24,13 @@ from tuneup.machine.probe import probe_cpu
 from tuneup.watch import control, daemon, plot
 from tuneup.watch import summary as summaries
 from tuneup.watch.host import Host
-from tuneup.watch.job import AttachedJob, Job, StartedJob
+from tuneup.watch.job import AttachedJob, Job, StartedJob, new_feed_directory
 from tuneup.watch.nvml import open_gpus
 from tuneup.watch.procs import ProcessTree
 from tuneup.watch.recent import Recent
 from tuneup.watch.sampler import Sampler
 from tuneup.watch.samples import Sample
-from tuneup.watch.serve import Exporter, JobView
+from tuneup.watch.serve import Exporter, JobView, check_address
 from tuneup.watch.stacks import StackSampler, find_py_spy
 from tuneup.watch.state import StateDir
 from tuneup.watch.verdict import CPU_ONLY
@@ -58,7 +57,8 @@ class WatchCommand(click.Command):
 @click.command(cls=WatchCommand, context_settings={"help_option_names": ["-h", "--help"],
                                                    "allow_interspersed_args": False})
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-@click.option("--pid", type=int, help="Watch this running process instead of starting COMMAND.")
+@click.option("--pid", type=click.IntRange(min=1),
+              help="Watch this running process instead of starting COMMAND.")
 @click.option("--interval", type=float, default=1.0, show_default=True,
               help="Seconds between samples.")
 @click.option("--summary", "summary_path", type=click.Path(dir_okay=False, path_type=Path),
@@ -71,7 +71,11 @@ class WatchCommand(click.Command):
               show_default=True, help="Lines per sample and the summary as text or JSON.")
 @click.option("--serve", metavar="HOST:PORT",
               help="Serve the latest samples in Prometheus' text format at /metrics "
-                   "(needs tuneup[prometheus]).")
+                   "(needs tuneup[prometheus]); a loopback address unless --serve-public.")
+@click.option("--serve-public", is_flag=True,
+              help="Let --serve listen on an address other machines reach: the command line "
+                   "of every job watched (arguments, paths, any secret in them) is exposed "
+                   "there to anyone who connects.")
 @click.option("--daemon", "as_daemon", is_flag=True,
               help="Watch every training job on this machine, detached.")
 @click.option("--state-dir", type=click.Path(file_okay=False, path_type=Path),
@@ -80,8 +84,8 @@ class WatchCommand(click.Command):
               help="With --daemon: the JSON-lines log, rotated by size "
                    "[default: STATE_DIR/watch.jsonl].")
 def watch(command: tuple[str, ...], pid: int | None, interval: float, summary_path: Path | None,
-          plot_path: Path | None, output_format: str, serve: str | None, as_daemon: bool,
-          state_dir: Path | None, log_path: Path | None) -> None:
+          plot_path: Path | None, output_format: str, serve: str | None, serve_public: bool,
+          as_daemon: bool, state_dir: Path | None, log_path: Path | None) -> None:
     """Run COMMAND (or watch --pid PID) and say why it trains at the speed it does.
 
     \b
@@ -95,11 +99,14 @@ def watch(command: tuple[str, ...], pid: int | None, interval: float, summary_pa
     """
     if not math.isfinite(interval) or interval < MIN_INTERVAL_S:
         raise UsageError(f"--interval must be at least {MIN_INTERVAL_S} seconds (got {interval:g})")
+    if serve is not None:
+        check_address(serve, serve_public)
     if as_daemon:
         if command or pid is not None or summary_path is not None or plot_path is not None:
             raise UsageError("--daemon watches every training job on this machine: "
                              "give it no command, --pid, --summary or --plot")
-        _start_daemon(StateDir(state_dir), interval, log_path, serve, output_format)
+        _start_daemon(StateDir(state_dir), interval, log_path, serve, serve_public,
+                      output_format)
         return
     if state_dir is not None or log_path is not None:
         raise UsageError("--state-dir and --log go with --daemon")
@@ -113,10 +120,10 @@ def watch(command: tuple[str, ...], pid: int | None, interval: float, summary_pa
         if not _writable_parent(plot_path):
             raise UsageError(f"cannot write the picture into {plot_path.parent}")
     stream = sys.stdout if pid is not None else sys.stderr
-    with (Exporter(serve) if serve is not None else contextlib.nullcontext()) as exporter, \
-            (tempfile.TemporaryDirectory(prefix="tuneup-watch-") if command
-             else contextlib.nullcontext()) as feed_directory:
-        job: Job = StartedJob(command, Path(feed_directory)) if command else AttachedJob(pid)
+    with (Exporter(serve, serve_public) if serve is not None
+          else contextlib.nullcontext()) as exporter, \
+            (new_feed_directory() if command else contextlib.nullcontext()) as feed_directory:
+        job: Job = StartedJob(command, feed_directory) if command else AttachedJob(pid)
         if exporter is not None:
             stream.write(f"tuneup watch: metrics at {exporter.url}\n")
         result, stopped_by = _watch(job, interval, stream, output_format, exporter)
@@ -143,9 +150,9 @@ def _writable_parent(path: Path) -> bool:
 
 
 def _start_daemon(state: StateDir, interval: float, log_path: Path | None, serve: str | None,
-                  output_format: str) -> None:
+                  serve_public: bool, output_format: str) -> None:
     """Start the daemon and say where it is: its pid, its state directory, its log."""
-    report = daemon.start(state, interval, log_path, serve)
+    report = daemon.start(state, interval, log_path, serve, serve_public)
     if output_format == "json":
         click.echo(json.dumps({**report, "state_dir": str(state.path)}))
         return
@@ -156,20 +163,27 @@ def _start_daemon(state: StateDir, interval: float, log_path: Path | None, serve
         click.echo(f"  note: {note}")
 
 
+class _Stopped(Exception):
+    """A signal told an attached watcher to stop: raised from the handler, so that even a
+    sample stuck in a system call ends at once."""
+
+
 @contextlib.contextmanager
-def _signals_passed_on(job: Job) -> Iterator[list[int]]:
-    """SIGINT, SIGTERM, SIGHUP reach the job (a started one), never end the watcher early:
-    it keeps watching until the job ends, so the summary stays whole. Yields the signals
-    received, in order."""
-    received: list[int] = []
+def _signals_passed_on(job: Job, received: list[int]) -> Iterator[None]:
+    """SIGINT, SIGTERM, SIGHUP reach a started job, never end its watcher early: it keeps
+    watching until the job ends, so the summary stays whole. The first one stops an
+    attached watcher at once (:class:`_Stopped`), wherever it is; the job goes on. The
+    signals received are appended to ``received``, in order."""
 
     def handler(signum: int, frame: Any) -> None:
         received.append(signum)
         job.pass_on(signum)
+        if isinstance(job, AttachedJob) and len(received) == 1:
+            raise _Stopped
 
     previous = {signum: signal.signal(signum, handler) for signum in STOP_SIGNALS}
     try:
-        yield received
+        yield
     finally:
         for signum, handler_before in previous.items():
             signal.signal(signum, handler_before)
@@ -196,22 +210,18 @@ def _watch(job: Job, interval: float, stream: Any, output_format: str,
     live = output_format == "text" and stream.isatty() and os.environ.get("TERM") != "dumb"
     view = (LiveView(stream, block_height(len(gpus.handles) if gpus else 0)) if live
             else PlainView(stream, output_format == "json"))
-    stopped_by = None
+    received: list[int] = []
     try:
-        with _signals_passed_on(job) as received, view:
-            while True:
-                ended = job.wait(interval)
-                if isinstance(job, AttachedJob) and received:
-                    stopped_by = received[0]
-                    break
-                if ended:
-                    break
+        with _signals_passed_on(job, received), view:
+            while not job.wait(interval):
                 samples.append(sampler.sample())
                 verdict = recent.add(samples[-1])
                 view.show(samples[-1], recent.figures, verdict)
                 if exporter is not None:
                     exporter.publish([JobView(job.pid, recent.script, samples[-1],
                                               recent.figures, verdict)])
+    except _Stopped:
+        pass  # an attached watcher told to stop: the summary of what it saw follows
     finally:
         try:
             tail = stacks.close()  # first: it stops a py-spy process
@@ -225,8 +235,10 @@ def _watch(job: Job, interval: float, stream: Any, output_format: str,
         samples, sampler.runtime(), command=job.command, pid=job.pid,
         exit_status=job.exit_status(), duration_s=time.monotonic() - started,
         interval_s=interval, notes=notes, script=recent.script)
+    stopped_by = received[0] if isinstance(job, AttachedJob) and received else None
     verdict = result["verdict"]
-    if stacks.note and verdict is not None and verdict["evidence"].get("basis") == CPU_ONLY:
+    if stacks.note and verdict is not None and (
+            verdict["kind"] == "undetermined" or verdict["evidence"].get("basis") == CPU_ONLY):
         # said only when it mattered: py-spy also runs before a feed, a GPU or workers appear
         result["notes"].append(stacks.note)
     return result, stopped_by

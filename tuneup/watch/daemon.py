@@ -38,6 +38,7 @@ from tuneup.watch.host import Host
 from tuneup.watch.nvml import GpuReader, open_gpus
 from tuneup.watch.procs import ProcessTree
 from tuneup.watch.recent import Recent
+from tuneup.watch.safe_files import open_append, read_regular
 from tuneup.watch.sampler import Sampler
 from tuneup.watch.samples import HostSample
 from tuneup.watch.serve import Exporter, JobView
@@ -56,8 +57,8 @@ def now() -> str:
     return datetime.now().astimezone().isoformat(timespec="seconds")
 
 
-def start(state: StateDir, interval: float, log: Path | None, serve: str | None
-          ) -> dict[str, Any]:
+def start(state: StateDir, interval: float, log: Path | None, serve: str | None,
+          serve_public: bool = False) -> dict[str, Any]:
     """Start the daemon detached; returns what it reported once running (``pid``, ``log``,
     ``serve``, ``notes``), or raises the error it stopped with."""
     state.create()
@@ -66,8 +67,9 @@ def start(state: StateDir, interval: float, log: Path | None, serve: str | None
                "--interval", repr(interval), "--ready-fd", str(write_fd)]
     command += ["--log", str(log.expanduser().absolute())] if log is not None else []
     command += ["--serve", serve] if serve is not None else []
+    command += ["--serve-public"] if serve_public else []
     try:
-        with state.stderr_file.open("ab") as stderr:
+        with os.fdopen(state.open_stderr(), "ab") as stderr:
             launcher = subprocess.Popen(command, stdin=subprocess.DEVNULL,
                                         stdout=subprocess.DEVNULL, stderr=stderr,
                                         pass_fds=(write_fd,), start_new_session=True, cwd="/")
@@ -94,10 +96,8 @@ def start(state: StateDir, interval: float, log: Path | None, serve: str | None
 
 
 def _last_line(path: Path) -> str:
-    try:
-        lines = path.read_text(encoding="utf-8", errors="replace").strip().splitlines()
-    except OSError:
-        return ""
+    raw = read_regular(path, MAX_READY_BYTES, tail=True)
+    lines = raw.decode("utf-8", errors="replace").strip().splitlines() if raw else []
     return f" ({lines[-1].strip()})" if lines else ""
 
 
@@ -151,10 +151,17 @@ class Watched:
                 "verdict_since": self.verdict_since}
 
 
+class _LogFile(logging.handlers.RotatingFileHandler):
+    """Rotated by size, and opened without following a link planted at its name."""
+
+    def _open(self) -> Any:
+        return open(open_append(Path(self.baseFilename)), self.mode, encoding=self.encoding,
+                    errors=self.errors)
+
+
 def _open_log(path: Path) -> logging.Logger:
     """A logger writing each message as one line to ``path``, rotated by size."""
-    handler = logging.handlers.RotatingFileHandler(path, maxBytes=LOG_MAX_BYTES,
-                                                   backupCount=LOG_BACKUPS, encoding="utf-8")
+    handler = _LogFile(path, maxBytes=LOG_MAX_BYTES, backupCount=LOG_BACKUPS, encoding="utf-8")
     handler.setFormatter(logging.Formatter("%(message)s"))
     log = logging.Logger(DAEMON_MODULE)  # not the global tree: nobody else's records land here
     log.addHandler(handler)
@@ -166,7 +173,7 @@ class Daemon:
 
     def __init__(self, state: StateDir, interval: float, log: Path | None = None,
                  serve: str | None = None, finder: Finder | None = None,
-                 nvml: Any = None) -> None:
+                 nvml: Any = None, serve_public: bool = False) -> None:
         """Take the state directory (its lock, its pid file), open the log, NVML (``nvml``:
         pynvml unless a test replays a recording) and the metrics endpoint; raises
         :class:`TuneupError` with nothing left behind."""
@@ -180,7 +187,7 @@ class Daemon:
             if stale is not None:
                 state.remove_pid()
                 self.notes.append(f"removed the stale pid file of pid {stale} (it is gone)")
-            self.exporter = Exporter(serve) if serve is not None else None
+            self.exporter = Exporter(serve, serve_public) if serve is not None else None
             self.log_path = log or state.log_file
             try:
                 self.log = _open_log(self.log_path)
@@ -320,6 +327,7 @@ def _parser() -> argparse.ArgumentParser:
                         help="a pipe to report on once running, or the error")
     parser.add_argument("--log", type=Path)
     parser.add_argument("--serve")
+    parser.add_argument("--serve-public", action="store_true")
     return parser
 
 
@@ -330,7 +338,8 @@ def main(argv: list[str] | None = None) -> int:
         os._exit(0)
     with os.fdopen(args.ready_fd, "w", encoding="utf-8") as ready:
         try:
-            daemon = Daemon(StateDir(args.state_dir), args.interval, args.log, args.serve)
+            daemon = Daemon(StateDir(args.state_dir), args.interval, args.log, args.serve,
+                            serve_public=args.serve_public)
         except TuneupError as exc:
             ready.write(json.dumps({"error": str(exc), "exit_code": exc.exit_code}) + "\n")
             return exc.exit_code

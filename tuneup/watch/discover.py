@@ -9,7 +9,9 @@ daemon, ``tuneup watch``, ``tuneup autotune``) are never jobs. A Python process 
 environment cannot be read (another user's) is skipped and said once per user.
 
 What a process is does not change while it runs, so each is read once, when first seen;
-only the GPU list is asked again every tick.
+only the GPU list is asked again every tick. A job's script is another user's file: it is
+read through :func:`~tuneup.watch.safe_files.read_regular` (no link followed, a named pipe
+never waited on, a bounded read), so no job can stall the daemon.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import psutil
 from tuneup.runtime.hooks import ENV_OBSERVERS
 from tuneup.watch import feed
 from tuneup.watch.nvml import GpuReader
+from tuneup.watch.safe_files import read_regular
 
 GPU, RUNTIME, IMPORTS = "gpu context", "tuneup runtime", "imports tuneup"
 IMPORTS_TUNEUP = re.compile(  # ``from tuneup...``, ``import tuneup``, ``import os, tuneup as t``
@@ -81,12 +84,9 @@ def imports_tuneup(cmdline: list[str], cwd: str | None) -> bool:
         if word == "-c":
             return bool(IMPORTS_TUNEUP.search(following.encode(errors="replace")))
         if word.endswith(".py"):
-            path = Path(word) if cwd is None else Path(cwd) / word
-            try:
-                with path.open("rb") as handle:
-                    return bool(IMPORTS_TUNEUP.search(handle.read(MAX_SCRIPT_BYTES)))
-            except OSError:
-                return False
+            code = read_regular(Path(word) if cwd is None else Path(cwd) / word,
+                                MAX_SCRIPT_BYTES)
+            return code is not None and bool(IMPORTS_TUNEUP.search(code))
     return False
 
 

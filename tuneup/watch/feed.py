@@ -7,8 +7,11 @@ samples, time waiting for data, time copying to the device — as ``<pid>.json``
 directory, replaced atomically, at most once per :data:`PERIOD_S`, at the end of each
 epoch (so a job killed later still leaves its counters) and once more at exit.
 One file per training process, so several ranks never overwrite each other. The watcher
-reads them with :func:`read`. Without the variable no observer is installed and the
-runtime's cost is what it always was; with it, a batch costs one clock read more.
+reads them with :func:`read`, as files of the job's user: no link followed, no named pipe
+waited on, a bounded number of bounded files, so a job cannot stall the watcher (or a
+daemon running as root) through its feed directory. Without the variable no observer is
+installed and the runtime's cost is what it always was; with it, a batch costs one clock
+read more.
 
 This module imports no torch at import time: the watcher reads the feed without it.
 """
@@ -18,6 +21,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import dataclasses
+import itertools
 import json
 import os
 import sys
@@ -28,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from tuneup.files import write_atomic
 from tuneup.runtime import hooks
+from tuneup.watch.safe_files import read_regular
 from tuneup.watch.samples import RuntimeSample
 
 if TYPE_CHECKING:
@@ -37,6 +42,7 @@ ENV_FEED = "TUNEUP_WATCH_FEED"
 OBSERVER = "tuneup.watch.feed:install"
 PERIOD_S = 1.0
 MAX_BYTES = 1 << 16  # a feed file is a few hundred bytes
+MAX_FILES = 256  # one per training process: more ranks than any one machine runs
 _FIELDS = {field.name: field for field in dataclasses.fields(RuntimeSample)}
 
 
@@ -67,6 +73,9 @@ class Feed(hooks.Observer):
         optimizer steps) once one is: an eval loader on its own does not replace it."""
         if self.loader is None or (self.loader.loop is None and loader.loop is not None):
             self.loader = loader
+        start = getattr(source, "start", None)
+        if start is not None:
+            start()  # the DataLoader's seed draws happen at iter(), as without a watcher
         return self._publishing(loader, source)
 
     def _publishing(self, loader: TunedLoader, source: Iterator[Any]) -> Iterator[Any]:
@@ -113,22 +122,20 @@ class Feed(hooks.Observer):
 
 def read(directory: Path) -> tuple[RuntimeSample, ...]:
     """Every training process's latest counters in ``directory`` (none: an empty tuple)."""
-    found = []
-    with contextlib.suppress(OSError):
-        for path in sorted(directory.glob("*.json")):
-            record = _parse(path)
-            if record is not None:
-                found.append(record)
-    return tuple(found)
+    names: list[str] = []
+    with contextlib.suppress(OSError), os.scandir(directory) as entries:
+        names = [entry.name for entry in itertools.islice(
+            (e for e in entries if e.name.endswith(".json")), MAX_FILES)]
+    found = [_parse(directory / name) for name in sorted(names)]
+    return tuple(record for record in found if record is not None)
 
 
 def _parse(path: Path) -> RuntimeSample | None:
     """One feed file, or ``None`` when it is not one (too big, not JSON, wrong fields)."""
+    raw = read_regular(path, MAX_BYTES + 1)
     try:
-        with path.open("rb") as handle:
-            raw = handle.read(MAX_BYTES + 1)
-        data = json.loads(raw) if len(raw) <= MAX_BYTES else None
-    except (OSError, ValueError):
+        data = json.loads(raw) if raw is not None and len(raw) <= MAX_BYTES else None
+    except ValueError:
         return None
     if not isinstance(data, dict) or not all(_valid(name, data.get(name)) for name in _FIELDS):
         return None

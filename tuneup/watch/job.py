@@ -1,22 +1,68 @@
 """The watched process: one the watcher starts (with the runtime's feed installed), or one
 it attaches to. Both wait the same way; only a started job has signals passed on to it
-and an exit status to pass on."""
+and an exit status to pass on.
+
+A started job's feed directory is made by ``mkdtemp`` (a name nobody can know in advance)
+under the temporary folder and named for the watcher's pid: a watcher killed by SIGKILL
+cannot remove it, so the next watcher removes those of watchers that are gone
+(:func:`sweep_stale_feeds`), as ``tuneup autotune`` does with its work directories."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
+import stat
 import subprocess
 import sys
-from collections.abc import Sequence
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import psutil
 
 from tuneup.errors import UsageError
 from tuneup.runtime.hooks import ENV_OBSERVERS
-from tuneup.watch import feed
+from tuneup.watch import feed, plain_probe
+
+FEED_PREFIX = "tuneup-watch-"  # + the watcher's pid + "-" + mkdtemp's random part
+POLL_S = 0.1  # how often an attached job is checked for having ended
+
+
+def _gone(pid: int) -> bool:
+    """No process ``pid`` runs: none, or a zombie (it has exited, reaped or not)."""
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+    except psutil.Error:
+        return False
+
+
+def sweep_stale_feeds() -> list[Path]:
+    """Remove the feed directories of watchers that are gone (killed with SIGKILL, say):
+    this user's folders named for a pid that no longer runs. Returns what was removed."""
+    removed = []
+    for folder in Path(tempfile.gettempdir()).glob(f"{FEED_PREFIX}*-*"):
+        owner = folder.name[len(FEED_PREFIX):].split("-", 1)[0]
+        if not owner.isdigit() or not _gone(int(owner)):
+            continue
+        with contextlib.suppress(OSError):
+            status = os.lstat(folder)  # a link is no folder of ours: left alone
+            if stat.S_ISDIR(status.st_mode) and status.st_uid == os.geteuid():
+                shutil.rmtree(folder)
+                removed.append(folder)
+    return removed
+
+
+@contextlib.contextmanager
+def new_feed_directory() -> Iterator[Path]:
+    """A new feed directory for a started job, removed when the watcher ends."""
+    sweep_stale_feeds()
+    with tempfile.TemporaryDirectory(prefix=f"{FEED_PREFIX}{os.getpid()}-") as folder:
+        yield Path(folder)
 
 
 class StartedJob:
@@ -27,8 +73,11 @@ class StartedJob:
         self.command = list(command)
         self.feed_directory = feed_directory
         observers = [o for o in os.environ.get(ENV_OBSERVERS, "").split(",") if o.strip()]
+        python_path = [str(plain_probe.SITE_DIR), *filter(None, [os.environ.get("PYTHONPATH")])]
         env = {**os.environ, feed.ENV_FEED: str(feed_directory),
-               ENV_OBSERVERS: ",".join(dict.fromkeys([*observers, feed.OBSERVER]))}
+               ENV_OBSERVERS: ",".join(dict.fromkeys([*observers, feed.OBSERVER])),
+               # the plain-DataLoader probe: its sitecustomize loads in the job's Pythons only
+               "PYTHONPATH": os.pathsep.join(python_path)}
         try:
             self.popen = subprocess.Popen(self.command, env=env)
         except FileNotFoundError:
@@ -83,7 +132,7 @@ class AttachedJob:
             raise UsageError(f"--pid {pid} is the watcher itself (or its shell)")
         try:
             self.process = psutil.Process(pid)
-        except psutil.NoSuchProcess:
+        except (psutil.NoSuchProcess, ValueError, OverflowError):
             raise UsageError(f"--pid {pid}: no such process") from None
         except psutil.Error as exc:
             raise UsageError(f"--pid {pid}: cannot watch it ({exc})") from None
@@ -102,11 +151,25 @@ class AttachedJob:
         return Path(environ[feed.ENV_FEED])
 
     def wait(self, timeout: float) -> bool:
-        try:
-            self.process.wait(timeout)
-        except psutil.TimeoutExpired:
-            return False
+        """Wait up to ``timeout`` seconds; True once the process has exited, a zombie its
+        parent has not reaped included (``psutil``'s wait would wait for the reaping)."""
+        end = time.monotonic() + timeout
+        while not self.ended():
+            left = end - time.monotonic()
+            if left <= 0:
+                return False
+            time.sleep(min(POLL_S, left))
         return True
+
+    def ended(self) -> bool:
+        """Exited (zombie or reaped), or its pid taken over by another process."""
+        try:
+            return (not self.process.is_running()
+                    or self.process.status() == psutil.STATUS_ZOMBIE)
+        except psutil.NoSuchProcess:
+            return True
+        except psutil.Error:
+            return False
 
     def exit_status(self) -> None:
         return None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Collection
+from pathlib import Path
 
 import psutil
 
@@ -22,19 +23,24 @@ HELPER_MARKS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver"
 WORKER_MARKS = ("spawn_main",)  # a spawned multiprocessing child (DataLoader workers with spawn)
 
 
-def role_of(cmdline: list[str], parent_cmdline: list[str] | None) -> str:
+def role_of(cmdline: list[str], parent_cmdline: list[str] | None,
+            same_user: bool = True) -> str:
     """A process's role from its command line and its parent's.
 
-    A DataLoader worker is a multiprocessing child of the training process: forked (the
-    parent's command line, unchanged) or spawned (``spawn_main``). Helpers are the
-    multiprocessing trackers and torch's compile workers. Everything else may train.
+    A DataLoader worker is a Python multiprocessing child of the training process, run by
+    the job's user: forked (the parent's command line, unchanged) or spawned
+    (``spawn_main``). Helpers are the multiprocessing trackers and torch's compile workers.
+    Everything else may train: a shell's subshell, or another user's process under an
+    attached ``--pid 1``, is no DataLoader worker.
     """
+    if not same_user or not cmdline or not Path(cmdline[0]).name.startswith("python"):
+        return MAIN
     joined = " ".join(cmdline)
     if any(mark in joined for mark in HELPER_MARKS):
         return HELPER
     if any(mark in joined for mark in WORKER_MARKS):
         return WORKER
-    if parent_cmdline is not None and cmdline and cmdline == parent_cmdline:
+    if parent_cmdline is not None and cmdline == parent_cmdline:
         return WORKER
     return MAIN
 
@@ -44,6 +50,7 @@ class ProcessTree:
 
     def __init__(self, root: int, clock: Callable[[], float] = time.monotonic) -> None:
         self.root = psutil.Process(root)
+        self.user = self.root.uids().real
         self.clock = clock
         self._cpu: dict[int, tuple[float, float]] = {}  # pid -> (CPU seconds, when)
         self._threads: dict[tuple[int, int], float] = {}  # (pid, tid) -> CPU seconds
@@ -100,5 +107,6 @@ class ProcessTree:
         if process.pid not in self._roles:
             parent = process.parent() if process.pid != self.root.pid else None
             parent_cmdline = parent.cmdline() if parent is not None else None
-            self._roles[process.pid] = role_of(process.cmdline(), parent_cmdline)
+            self._roles[process.pid] = role_of(process.cmdline(), parent_cmdline,
+                                               process.uids().real == self.user)
         return self._roles[process.pid]

@@ -7,10 +7,16 @@ of each job to :meth:`Exporter.publish` every tick; a scrape turns them into met
 scrapes cost the watcher nothing between them. The runtime's counters are Prometheus
 counters (``rate()`` gives steps/s and the data-wait share over any range); everything else
 is a gauge of the latest sample.
+
+The labels carry every job's script, so the endpoint listens on a loopback address unless
+the user says ``--serve-public``; and it holds at most :data:`MAX_CONNECTIONS` connections
+at once, each for at most :data:`CONNECTION_TIMEOUT_S` without a word, so idle clients
+cannot pile up threads and descriptors in the watcher (or in a daemon running as root).
 """
 
 from __future__ import annotations
 
+import ipaddress
 import socket
 import threading
 from collections.abc import Iterator, Sequence
@@ -24,6 +30,8 @@ from tuneup.watch.samples import HELPER, MAIN, WORKER, Sample
 from tuneup.watch.verdict import Figures, Verdict
 
 PREFIX = "tuneup_watch_"
+MAX_CONNECTIONS = 16  # a scraper or two and a person with curl; more are turned away
+CONNECTION_TIMEOUT_S = 10.0  # a scrape's request arrives at once; a silent client is dropped
 GPU_GAUGES = (  # (metric, GpuSample field, help)
     ("gpu_utilization_percent", "utilization", "share of time a kernel ran"),
     ("gpu_memory_used_bytes", "memory_used", "GPU memory used, all processes"),
@@ -77,16 +85,82 @@ def parse_address(text: str) -> tuple[str, int]:
     return host.strip("[]") or "0.0.0.0", int(port)
 
 
+def is_loopback(host: str) -> bool:
+    """``host`` (an address or a name) reaches this machine only."""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a name: loopback when every address it has is
+        try:
+            addresses = {info[4][0] for info in socket.getaddrinfo(host, None)}
+        except OSError:
+            return False
+        return bool(addresses) and all(ipaddress.ip_address(a.split("%")[0]).is_loopback
+                                       for a in addresses)
+
+
+def check_address(text: str, public: bool) -> tuple[str, int]:
+    """``HOST:PORT`` parsed; raises :class:`UsageError` for an address other machines
+    reach unless ``public`` (``--serve-public``) says the user means it."""
+    host, port = parse_address(text)
+    if not public and not is_loopback(host):
+        raise UsageError(f"--serve {text}: other machines reach that address, and the metrics "
+                         "name every job's command line; serve on 127.0.0.1, or add "
+                         "--serve-public to expose them there")
+    return host, port
+
+
 class _Quiet(WSGIRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         """No line per scrape on the watcher's output."""
 
 
+class _Server(ThreadingMixIn, WSGIServer):
+    """A thread per connection, at most :data:`MAX_CONNECTIONS` at once: one more is closed
+    at once rather than given a thread."""
+
+    daemon_threads = True
+    block_on_close = False
+    request_queue_size = 64  # connections the kernel holds until accepted (socketserver: 5)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        super().__init__(*args, **kwargs)
+
+    def get_request(self) -> tuple[socket.socket, Any]:
+        """A new connection, whose reads give up after :data:`CONNECTION_TIMEOUT_S`."""
+        request, client_address = super().get_request()
+        request.settimeout(CONNECTION_TIMEOUT_S)
+        return request, client_address
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self.slots.acquire(blocking=False):
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self.slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that timed out or hung up is no error of the watcher's: no traceback."""
+
+
+class _Server6(_Server):
+    address_family = socket.AF_INET6
+
+
 class Exporter:
     """Listens on ``address`` in a thread of its own and serves ``/metrics``."""
 
-    def __init__(self, address: str) -> None:
-        host, port = parse_address(address)
+    def __init__(self, address: str, public: bool = False) -> None:
+        host, port = check_address(address, public)
         try:
             from prometheus_client import CollectorRegistry, make_wsgi_app
         except ImportError:
@@ -95,9 +169,7 @@ class Exporter:
         self._jobs: tuple[JobView, ...] = ()
         registry = CollectorRegistry(auto_describe=False)
         registry.register(self)
-        server_class = type("Server", (ThreadingMixIn, WSGIServer), {
-            "daemon_threads": True,
-            "address_family": socket.AF_INET6 if ":" in host else socket.AF_INET})
+        server_class = _Server6 if ":" in host else _Server
         try:
             self.server = make_server(host, port, make_wsgi_app(registry), server_class,
                                       handler_class=_Quiet)

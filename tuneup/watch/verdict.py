@@ -6,6 +6,11 @@ over the window; the runtime's counters as the difference between the window's e
 the order is what to fix first (a job that swaps or whose clocks are held is that before
 it is anything else). Every rule is a small function of the figures that returns a
 :class:`Verdict` with the figures it rests on, or ``None``. docs/watch.md explains each.
+
+No rule claims more than was measured: ``compute-bound`` (and its "nothing to gain from the
+input side") needs a busy GPU, the runtime's data wait, workers that keep up, the stacks, or
+at least a training process measured busy; a window without any of these is
+``undetermined``, whose reason names what is missing and whose action how to get it.
 """
 
 from __future__ import annotations
@@ -344,34 +349,55 @@ def host_bound(f: Figures, script: str) -> Verdict | None:
 
 def compute_bound_cpu(f: Figures, script: str) -> Verdict | None:
     """No GPU: the loop waits little for data (runtime feed, or the training thread's stacks),
-    or its workers keep up; with none of these, its CPU alone is all there is."""
+    or its workers keep up; with none of these, a training process measured busy is all
+    there is (said as a guess). Nothing measured, or a process that is not busy: no claim."""
     evidence: dict[str, Any] = {
         "data_wait_share": rounded(f.data_wait_share, 3), "main_cpu_percent": rounded(f.main_cpu),
         "workers": f.workers, "worker_cpu_percent": rounded(f.worker_cpu),
         "samples_per_s": rounded(f.samples_per_s)}
     if f.data_wait_share is not None:
         reason = f"the loop waits for data only {f.data_wait_share:.0%} of the time"
-    elif f.workers:
-        reason = (f"{f.workers} DataLoader workers keep up ({f.worker_cpu or 0.0:.0f} % of a "
-                  f"core each) while the main process computes at {f.main_cpu or 0.0:.0f} %")
+    elif f.workers and f.worker_cpu is not None and f.main_cpu is not None:
+        reason = (f"{f.workers} DataLoader workers keep up ({f.worker_cpu:.0f} % of a "
+                  f"core each) while the main process computes at {f.main_cpu:.0f} %")
     elif f.loading_share is not None:
         reason = (f"the training thread is in the DataLoader only {f.loading_share:.0%} of the "
                   f"time ({STACKS})")
         evidence.update(loading_share=rounded(f.loading_share, 3), basis=STACKS)
-    else:
-        reason = (f"the main process computes at {f.main_cpu or 0.0:.0f} % of a core; with no "
+    elif f.main_cpu is not None and f.main_cpu >= CORE_BUSY and not f.workers:
+        reason = (f"the main process computes at {f.main_cpu:.0f} % of a core; with no "
                   "DataLoader workers and no runtime feed, loading cannot be told from compute")
         evidence["basis"] = CPU_ONLY
+    else:
+        return None
     return Verdict("compute-bound", reason, evidence,
                    "nothing to gain from the input side; faster compute: "
                    f"`tuneup autotune {script} --only threads,amp,compile`")
 
 
+def undetermined(f: Figures, script: str) -> Verdict:
+    """No GPU and nothing that tells loading from compute, or no CPU reading at all: say
+    what is missing and how to get it, rather than guess."""
+    if f.job_cpu is None:
+        missing = "no CPU reading of the job: its processes were not sampled twice"
+        action = "watch it for longer (a shorter --interval reads it sooner)"
+    else:
+        missing = (f"the main process runs at {f.main_cpu or 0.0:.0f} % of a core, not busy "
+                   "computing, and with no runtime feed, no DataLoader workers measured and no "
+                   "py-spy stacks, loading cannot be told from compute or waiting")
+        action = (f"run it under `tuneup watch -- python {script}` (its DataLoader is then "
+                  "measured without a code change; a job that iterates none has no data wait "
+                  "to measure), or install py-spy: pip install 'tuneup[stacks]'")
+    return Verdict("undetermined", missing,
+                   {"job_cpu_percent": rounded(f.job_cpu), "main_cpu_percent": rounded(f.main_cpu),
+                    "workers": f.workers, "steps": f.steps}, action)
+
+
 Rule = Callable[[Figures, str], "Verdict | None"]
-# host_bound always holds with a GPU, compute_bound_cpu without one: some rule always does.
+# host_bound always holds with a GPU, undetermined without one: some rule always does.
 RULES: tuple[Rule, ...] = (idle, memory_pressure, throttled, cpu_oversubscribed,
                            compute_bound_gpu, copy_bound, input_bound, host_bound,
-                           compute_bound_cpu)
+                           compute_bound_cpu, undetermined)
 
 
 def decide(figures: Figures, script: str = "train.py") -> Verdict:
