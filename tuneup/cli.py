@@ -21,6 +21,7 @@ class LazyGroup(click.Group):
         "doctor": ("tuneup.doctor.command", "doctor", "Check driver, CUDA, cuDNN, NCCL, the PyTorch build and the GPU against each other."),
         "autotune": ("tuneup.autotune.command", "autotune", "Probe a training script and write the settings that make it fastest."),
         "watch": ("tuneup.watch.command", "watch", "Run a training job (or attach to one) and say why it is as fast as it is."),
+        "settings": ("tuneup.settings.show", "settings", "Show the tuned knobs as DataLoader, transformers, Lightning or environment arguments."),
     }
 
     def list_commands(self, ctx: click.Context) -> list[str]:
@@ -115,6 +116,7 @@ def main() -> None:
     tuneup doctor --from report.txt    the same for a pasted collect_env report or error
     tuneup autotune train.py -- ARGS   probe the script, write train.tuneup.json
     python train.py                    tuned_loader / tuned_loop apply that file
+    tuneup settings show train.py --as hf   the same knobs as TrainingArguments (or lightning)
     tuneup watch -- python train.py    why the job trains at the speed it does, live
     tuneup watch --daemon              the same for every training job on the machine
 

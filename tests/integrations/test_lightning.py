@@ -1,0 +1,214 @@
+"""tuned_trainer_kwargs on a real lightning.Trainer: a tiny module, data in memory, CPU.
+The loaders Lightning trains on get the knobs; the data order, the losses (where the knobs
+cannot change numerics), the step count and the user's own values stay as they were."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import typing
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+L = pytest.importorskip("lightning")
+from lightning.fabric.connector import _PRECISION_INPUT_STR  # noqa: E402
+
+from tuneup.integrations import knobs_as  # noqa: E402
+from tuneup.integrations.lightning import TunedLoaders, tuned_trainer_kwargs  # noqa: E402
+from tuneup.settings import TuneupWarning  # noqa: E402
+
+
+class Module(L.LightningModule):
+    """Records what it trains on: the sample ids of each batch, the losses, the loader."""
+
+    def __init__(self, loader: Any = None, **loader_kwargs: Any) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.net = nn.Sequential(nn.Linear(4, 8), nn.Dropout(0.2), nn.Linear(8, 1))
+        self.loader, self.loader_kwargs = loader, loader_kwargs
+        self.order: list[int] = []
+        self.losses: list[float] = []
+        self.trained_on: list[DataLoader] = []
+
+    def train_dataloader(self) -> Any:
+        if self.loader is not None:
+            return self.loader(self.loader_kwargs)
+        g = torch.Generator().manual_seed(1)
+        data = TensorDataset(torch.randn(24, 4, generator=g), torch.randn(24, generator=g),
+                             torch.arange(24))
+        return DataLoader(data, **{"batch_size": 4, "shuffle": True, **self.loader_kwargs})
+
+    def on_train_epoch_start(self) -> None:
+        self.trained_on.append(self.trainer.train_dataloader)
+
+    def training_step(self, batch: Any, index: int) -> torch.Tensor:
+        x, y, ids = batch
+        self.order.extend(ids.tolist())
+        loss = nn.functional.mse_loss(self.net(x).squeeze(-1).float(), y)
+        self.losses.append(loss.item())
+        return loss
+
+    def configure_optimizers(self) -> Any:
+        optimizer = torch.optim.SGD(self.parameters(), lr=0.1)
+        return [optimizer], [torch.optim.lr_scheduler.StepLR(optimizer, step_size=2)]
+
+
+def fit(tmp_path: Path, module: Module, **kwargs: Any) -> L.Trainer:
+    quiet = dict(max_epochs=2, accelerator="cpu", enable_progress_bar=False, logger=False,
+                 enable_checkpointing=False, enable_model_summary=False,
+                 default_root_dir=str(tmp_path))
+    trainer = L.Trainer(**tuned_trainer_kwargs(**{**quiet, **kwargs}))
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*does not have many workers.*")
+        trainer.fit(module)
+    return trainer
+
+
+def test_without_a_settings_file_the_kwargs_are_unchanged():
+    kwargs = {"max_epochs": 3, "callbacks": [L.pytorch.callbacks.LearningRateMonitor()]}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TuneupWarning)
+        assert tuned_trainer_kwargs(**kwargs) == kwargs
+
+
+def test_precision_and_a_callback_after_the_users_own(write_settings):
+    write_settings(amp_dtype="bfloat16", num_workers=2)
+    mine = L.pytorch.callbacks.LearningRateMonitor()
+    kwargs = tuned_trainer_kwargs(max_epochs=3, accelerator="cpu", callbacks=[mine])
+    assert kwargs["precision"] == "bf16-mixed" and kwargs["max_epochs"] == 3
+    assert kwargs["callbacks"][0] is mine and isinstance(kwargs["callbacks"][1], TunedLoaders)
+
+
+def test_the_users_precision_is_kept_with_one_warning(write_settings):
+    write_settings(amp_dtype="bfloat16")
+    with pytest.warns(TuneupWarning, match="kept your precision='32-true'") as caught:
+        kwargs = tuned_trainer_kwargs(precision="32-true", accelerator="cpu")
+    assert kwargs["precision"] == "32-true" and len(caught) == 1
+
+
+@pytest.mark.parametrize(("knobs", "says"), [
+    ({"amp_dtype": "float16"}, "float16 autocast is not used on the CPU"),
+    ({"compile_mode": "default"}, r"pass torch.compile\(model, mode='default'\) to trainer.fit"),
+    ({"micro_batch_size": 2}, "accumulate_grad_batches needs a smaller loader batch"),
+])
+def test_what_is_not_applied_is_one_warning(write_settings, knobs, says):
+    write_settings(**knobs)
+    with pytest.warns(TuneupWarning, match=says) as caught:
+        kwargs = tuned_trainer_kwargs(accelerator="cpu")
+    assert len(caught) == 1 and "precision" not in kwargs
+
+
+def test_loader_knobs_keep_the_order_the_losses_and_the_steps(tmp_path, write_settings):
+    plain_module = Module()
+    plain = fit(tmp_path, plain_module)
+    write_settings(num_workers=2, prefetch_factor=4, pin_memory=True, persistent_workers=True,
+                   cpu_threads=1)
+    tuned_module = Module()
+    tuned = fit(tmp_path, tuned_module)
+    assert [(dl.num_workers, dl.prefetch_factor) for dl in tuned_module.trained_on] == [(2, 4)] * 2
+    loader = tuned_module.trained_on[-1]
+    assert (loader.pin_memory, loader.persistent_workers) == (False, False)  # CPU; it shuffles
+    assert loader.batch_size == 4 and loader.drop_last is False
+    assert tuned_module.order == plain_module.order
+    assert sorted(plain_module.order[:24]) == list(range(24))  # an epoch: each sample once
+    assert tuned_module.losses == plain_module.losses  # dropout draws the same masks too
+    assert tuned.global_step == plain.global_step == 12
+    assert tuned.lr_scheduler_configs[0].scheduler.get_last_lr() == \
+        plain.lr_scheduler_configs[0].scheduler.get_last_lr()
+    assert torch.get_num_threads() == 1
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_loaders_reloaded_each_epoch_are_tuned_each_time_in_the_same_order(
+        tmp_path, write_settings, shuffle):
+    plain_module = Module(shuffle=shuffle)
+    fit(tmp_path, plain_module, reload_dataloaders_every_n_epochs=1)
+    write_settings(num_workers=2)
+    tuned_module = Module(shuffle=shuffle)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", TuneupWarning)
+        fit(tmp_path, tuned_module, reload_dataloaders_every_n_epochs=1)
+    workers = [dl.num_workers for dl in tuned_module.trained_on]
+    assert workers == ([0, 0] if shuffle else [2, 2])
+    assert any("would change the data order" in str(w.message) for w in caught) == shuffle
+    assert len(tuned_module.trained_on) == 2 and tuned_module.order == plain_module.order
+
+
+def test_persistent_workers_for_a_loader_that_does_not_shuffle(tmp_path, write_settings):
+    write_settings(num_workers=1, persistent_workers=True)
+    module = Module(shuffle=False)
+    fit(tmp_path, module, max_epochs=1)
+    assert module.trained_on[0].persistent_workers is True
+    assert module.order == list(range(24))
+
+
+def test_a_custom_batch_sampler_is_kept(tmp_path, write_settings):
+    class Reversed(torch.utils.data.Sampler):
+        def __iter__(self) -> Any:
+            return iter([[i, i - 1, i - 2] for i in range(23, 0, -3)])
+
+        def __len__(self) -> int:
+            return 8
+
+    def loader(kwargs: dict) -> DataLoader:
+        data = TensorDataset(torch.randn(24, 4), torch.randn(24), torch.arange(24))
+        return DataLoader(data, batch_sampler=Reversed(), **kwargs)
+
+    write_settings(num_workers=1)
+    module = Module(loader)
+    fit(tmp_path, module, max_epochs=1)
+    assert module.trained_on[0].num_workers == 1
+    assert module.order == list(range(23, -1, -1))
+
+
+def test_values_the_user_gave_the_dataloader_are_kept_with_one_warning(tmp_path, write_settings):
+    write_settings(num_workers=2, prefetch_factor=4)
+    module = Module(num_workers=1)
+    with pytest.warns(TuneupWarning, match="kept your DataLoader num_workers=1") as caught:
+        fit(tmp_path, module, max_epochs=1)
+    assert [str(w.message) for w in caught if "kept" in str(w.message)] == [
+        "tuneup: kept your DataLoader num_workers=1 over the settings file (values you set "
+        "are never overridden)"]
+    assert (module.trained_on[0].num_workers, module.trained_on[0].prefetch_factor) == (1, 4)
+
+
+def test_a_dataloader_subclass_is_left_alone_with_one_warning(tmp_path, write_settings):
+    class Mine(DataLoader):
+        pass
+
+    def loader(kwargs: dict) -> DataLoader:
+        return Mine(TensorDataset(torch.randn(8, 4), torch.randn(8), torch.arange(8)),
+                    batch_size=4)
+
+    write_settings(num_workers=2)
+    module = Module(loader)
+    with pytest.warns(TuneupWarning, match="rebuilds only a plain DataLoader"):
+        fit(tmp_path, module, max_epochs=1)
+    assert type(module.trained_on[0]) is Mine and module.trained_on[0].num_workers == 0
+
+
+def test_the_precision_spellings_are_lightnings_own():
+    assert set(knobs_as.LIGHTNING_PRECISION.values()) <= set(typing.get_args(_PRECISION_INPUT_STR))
+
+
+def test_a_missing_library_is_one_line_naming_the_extra():
+    code = ("import sys; sys.modules['lightning'] = sys.modules['lightning.pytorch'] = None\n"
+            "import tuneup.integrations.lightning")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == (
+        "ImportError: tuneup's lightning integration needs lightning.pytorch: "
+        "pip install tuneup[lightning]")
+
+
+def test_tuneup_disable_leaves_the_kwargs_alone(write_settings, monkeypatch):
+    write_settings(num_workers=2, amp_dtype="bfloat16")
+    monkeypatch.setenv("TUNEUP_DISABLE", "1")
+    assert tuned_trainer_kwargs(max_epochs=1) == {"max_epochs": 1}

@@ -1,0 +1,199 @@
+"""The settings file applied to a ``lightning.Trainer``: ``L.Trainer(**tuned_trainer_kwargs(...))``.
+
+Lightning builds the training DataLoader inside ``fit`` from the user's own hook, so the
+loader knobs are applied by a callback, the way Lightning's own tuner works: as Lightning
+requests the training loaders, before it iterates them, the callback rebuilds each plain
+``DataLoader`` with the same dataset, sampler and batch sampler objects, batch size,
+``collate_fn`` and generator, changing only workers, pinning and prefetch. Precision is a
+Trainer argument. Not applied: ``compile_mode`` (compile your module before ``fit``) and
+``micro_batch_size`` (see :func:`tuned_trainer_kwargs`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.utils.data import (
+    BatchSampler,
+    DataLoader,
+    DistributedSampler,
+    IterableDataset,
+    SequentialSampler,
+)
+
+from tuneup.integrations import knobs_as, require
+from tuneup.runtime import apply
+from tuneup.settings import Knobs, store
+
+pl = require("lightning.pytorch", "lightning")
+
+# PyTorch's DataLoader defaults: another value is the user's (prefetch_factor: 2 with
+# workers, None without)
+_PYTORCH_DEFAULTS = {"num_workers": (0,), "pin_memory": (False,), "prefetch_factor": (2, None),
+                     "persistent_workers": (False,)}
+# the DataLoader attributes a rebuild carries over unchanged (those this torch has)
+_CARRIED = ("collate_fn", "worker_init_fn", "generator", "multiprocessing_context", "timeout",
+            "pin_memory_device", "in_order")
+
+
+def tuned_trainer_kwargs(**kwargs: Any) -> dict[str, Any]:
+    """The ``lightning.Trainer`` keyword arguments ``kwargs`` with the settings applied.
+
+    Adds ``precision`` ("bf16-mixed" / "16-mixed") from ``amp_dtype`` unless you pass one,
+    and a :class:`TunedLoaders` callback after your own ``callbacks`` that sets threads,
+    cuDNN and matmul precision at ``fit`` and the loader knobs on the training loaders. The
+    data order, batch size and number of steps are those of your loaders. Without a
+    settings file ``kwargs`` come back unchanged.
+
+    Not applied, with one warning each: ``compile_mode`` (``torch.compile`` your
+    LightningModule before ``fit``) and ``micro_batch_size`` (Lightning accumulates whole
+    loader batches, so a micro-batch would need a smaller loader batch, and every argument
+    that counts batches — ``val_check_interval``, ``log_every_n_steps``, ``limit_*`` — would
+    count other batches).
+
+    Example:
+        >>> trainer = L.Trainer(**tuned_trainer_kwargs(max_epochs=3, accelerator="auto"))
+    """
+    knobs = apply.settings_knobs()
+    if not knobs.changed():
+        return kwargs
+    tuned = dict(kwargs)
+    spelled = knobs_as.as_lightning(knobs)
+    if "precision" in spelled.arguments:
+        if "precision" in kwargs:
+            store.warn(f"kept your precision={kwargs['precision']!r} over the settings file's "
+                       f"amp_dtype {knobs.amp_dtype} (values you set are never overridden)")
+        else:
+            device_type = _device_type(kwargs)
+            bf16 = device_type != "cuda" or torch.cuda.is_bf16_supported()
+            problem = apply.amp_problem(knobs.amp_dtype, device_type, bf16)
+            if problem is None:
+                tuned["precision"] = spelled.arguments["precision"]
+            else:
+                store.warn(f"amp_dtype {knobs.amp_dtype} ignored: {problem}; training in float32")
+    if knobs.compile_mode is not None:
+        store.warn(f"compile_mode={knobs.compile_mode!r} from the settings is not applied by "
+                   f"tuned_trainer_kwargs: pass torch.compile(model, mode="
+                   f"{knobs.compile_mode!r}) to trainer.fit")
+    if "micro_batch_size" in spelled.left_out:
+        store.warn(f"micro_batch_size={knobs.micro_batch_size} from the settings is not applied: "
+                   f"{spelled.left_out['micro_batch_size']}; training on whole batches")
+    tuned["callbacks"] = [*(kwargs.get("callbacks") or []), TunedLoaders(knobs)]
+    return tuned
+
+
+def _device_type(kwargs: dict[str, Any]) -> str:
+    """The device type the Trainer will train on, as far as its ``accelerator`` says."""
+    accelerator = kwargs.get("accelerator", "auto")
+    if not isinstance(accelerator, str):  # an Accelerator instance: CUDAAccelerator -> "cuda"
+        accelerator = type(accelerator).__name__.lower().removesuffix("accelerator")
+    if accelerator in ("auto", "gpu", "cuda") and torch.cuda.is_available():
+        return "cuda"
+    return "cpu" if accelerator in ("auto", "cpu") else accelerator
+
+
+class TunedLoaders(pl.Callback):
+    """Applies the process-wide knobs when ``fit`` starts, and the loader knobs to the
+    training loaders as Lightning requests them from your hook (at the first epoch, and
+    again at each ``reload_dataloaders_every_n_epochs``), before it iterates them.
+
+    A loader is rebuilt only when it is exactly ``torch.utils.data.DataLoader`` over a
+    map-style dataset (a subclass may hold state a rebuild would lose; an iterable dataset
+    would be duplicated by workers that do not split it); a value you gave the DataLoader
+    other than PyTorch's default is kept; persistent workers only for loaders that do not
+    shuffle (PyTorch's seeded shuffle order changes with them from the second epoch).
+    """
+
+    def __init__(self, knobs: Knobs) -> None:
+        self.knobs = knobs
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if stage != "fit":
+            return
+        apply.apply_process_knobs(self.knobs)
+        if not self.knobs.loader_kwargs():
+            return
+        source = getattr(trainer.fit_loop, "_data_source", None)
+        if not (callable(getattr(source, "dataloader", None)) and hasattr(source, "__dict__")):
+            store.warn("loader knobs not applied: this Lightning version requests its training "
+                       "loaders in a way tuneup does not know")
+            return
+        vars(source).pop("dataloader", None)  # a fit that failed before teardown left one
+        device = trainer.strategy.root_device
+        reloads = trainer.reload_dataloaders_every_n_epochs > 0
+        requested = source.dataloader
+
+        def tuned() -> Any:  # called inside Lightning's _request_dataloader, like your hook
+            return self._tuned_all(requested(), device, reloads)
+
+        source.dataloader = tuned  # this fit's source only; teardown puts the method back
+
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if stage == "fit":
+            vars(trainer.fit_loop._data_source).pop("dataloader", None)
+
+    def _tuned_all(self, loaders: Any, device: torch.device, reloads: bool) -> Any:
+        """What the training-loader hook returned, each plain DataLoader in it rebuilt; a
+        collection comes back as the CombinedLoader Lightning would wrap it in."""
+        from lightning.pytorch.utilities import CombinedLoader
+
+        combined = (loaders if isinstance(loaders, CombinedLoader)
+                    else CombinedLoader(loaders, "max_size_cycle"))
+        combined.flattened = [self._rebuilt(loader, device, reloads)
+                              for loader in combined.flattened]
+        return combined
+
+    def _rebuilt(self, loader: Any, device: torch.device, reloads: bool) -> Any:
+        """``loader`` with the loader knobs, or ``loader`` itself when it cannot be rebuilt
+        without changing what it yields."""
+        if type(loader) is not DataLoader or isinstance(loader.dataset, IterableDataset):
+            dataset = type(getattr(loader, "dataset", None)).__name__
+            store.warn(f"loader knobs not applied to a training loader of type "
+                       f"{type(loader).__name__} over {dataset}: tuneup rebuilds only a plain "
+                       f"DataLoader over a map-style dataset")
+            return loader
+        wanted = self.knobs.loader_kwargs()
+        tuned = {k: v for k, v in wanted.items() if getattr(loader, k) in _PYTORCH_DEFAULTS[k]}
+        users = {k: getattr(loader, k) for k, v in wanted.items()
+                 if k not in tuned and getattr(loader, k) != v}
+        if users:
+            store.warn("kept your DataLoader " + ", ".join(f"{k}={v!r}" for k, v in users.items())
+                       + " over the settings file (values you set are never overridden)")
+        if device.type != "cuda":
+            tuned.pop("pin_memory", None)
+        # a batch sampler of one's own may draw its batches at random: counted as shuffling
+        shuffles = type(loader.batch_sampler) not in (BatchSampler, type(None)) or not isinstance(
+            loader.sampler, (SequentialSampler, DistributedSampler))
+        if shuffles and reloads and tuned.get("num_workers"):
+            # Lightning makes two iterators of a reloaded loader past the first epoch and
+            # drops the first; with workers that one already drew the shuffle order
+            store.warn(f"num_workers={tuned['num_workers']} from the settings is not applied to "
+                       f"a shuffling loader under reload_dataloaders_every_n_epochs: it would "
+                       f"change the data order")
+            del tuned["num_workers"]
+        if tuned.get("persistent_workers") and shuffles:
+            del tuned["persistent_workers"]
+        workers = tuned.get("num_workers", loader.num_workers)
+        if not workers:
+            tuned.pop("prefetch_factor", None)
+            tuned.pop("persistent_workers", None)
+        if not tuned:
+            return loader
+        kwargs = {k: getattr(loader, k) for k in (*_PYTORCH_DEFAULTS, *_CARRIED)
+                  if hasattr(loader, k)}
+        if not loader.num_workers:
+            kwargs["prefetch_factor"] = None  # PyTorch's value without workers
+        return DataLoader(loader.dataset, **_batching(loader), **{**kwargs, **tuned})
+
+
+def _batching(loader: DataLoader) -> dict[str, Any]:
+    """The keywords that make a DataLoader yield ``loader``'s batches in ``loader``'s order:
+    the very same sampler (and batch sampler) objects."""
+    if loader.batch_size is None and loader.batch_sampler is None:  # no automatic batching
+        return {"sampler": loader.sampler, "batch_size": None}
+    if type(loader.batch_sampler) is BatchSampler:  # keeps batch_size / drop_last readable
+        return {"sampler": loader.batch_sampler.sampler, "batch_size": loader.batch_size,
+                "drop_last": loader.drop_last}
+    return {"batch_sampler": loader.batch_sampler}
+

@@ -1,0 +1,212 @@
+"""The settings file applied to a ``transformers.Trainer``: one line after it is built.
+
+The Trainer owns its loop, its DataLoader (sampler, data order) and its accelerator, so
+tuneup changes only its ``TrainingArguments`` and rebuilds what ``Trainer.__init__`` already
+derived from them (the accelerator: mixed precision, the compile plugin; the train batch
+size), the way ``Trainer`` itself does between hyperparameter-search trials. Values the user
+set in ``TrainingArguments`` win over the settings file, as keywords passed to
+``tuned_loader`` do.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sized
+from typing import TYPE_CHECKING, Any
+
+from tuneup.integrations import knobs_as, require
+from tuneup.settings import Knobs, store
+
+if TYPE_CHECKING:
+    from transformers import Trainer, TrainingArguments
+
+# TrainingArguments fields per group: a value other than the field's default is the user's
+_LOADER = tuple(knobs_as.HF_LOADER_FIELDS.values())
+_AMP = ("bf16", "fp16")
+_COMPILE = ("torch_compile", "torch_compile_mode")
+_BATCH = ("per_device_train_batch_size", "gradient_accumulation_steps")
+
+
+def tuned_trainer(trainer: Trainer) -> Trainer:
+    """Apply the settings ``tuneup autotune`` wrote to ``trainer`` and return it.
+
+    Reads the settings file as ``tuned_loop`` does (``TUNEUP_SETTINGS``, else
+    ``<script>.tuneup.json``); without one the trainer is returned unchanged. Applied:
+    the loader knobs as ``dataloader_*`` fields, ``amp_dtype`` as ``bf16`` / ``fp16``,
+    ``compile_mode`` as ``torch_compile_mode``, threads / cuDNN / matmul precision for the
+    process, and ``micro_batch_size`` as a smaller per-device batch with more gradient
+    accumulation (same samples per optimizer step) when it splits the batch exactly and
+    the split cannot change the gradient. The Trainer's sampler and data order are kept.
+
+    Args:
+        trainer: a built ``transformers.Trainer`` (or subclass), before ``train()``.
+
+    Example:
+        >>> trainer = Trainer(model=model, args=args, train_dataset=train_set)
+        >>> trainer = tuned_trainer(trainer)
+        >>> trainer.train()
+    """
+    require("transformers", "hf")
+    from tuneup.runtime import apply
+
+    knobs = apply.settings_knobs()
+    if not knobs.changed():
+        return trainer
+    apply.apply_process_knobs(knobs)
+    args = trainer.args
+    knobs = _usable_here(knobs, trainer)
+    spelled = knobs_as.as_hf(knobs, args.per_device_train_batch_size,
+                             args.gradient_accumulation_steps)
+    changes = dict(spelled.arguments)
+    problem = spelled.left_out.get("micro_batch_size")
+    if knobs.micro_batch_size is not None and problem is None:
+        problem = _split_problem(trainer, knobs.micro_batch_size)
+    if problem is not None:
+        store.warn(f"micro_batch_size={knobs.micro_batch_size} from the settings is not "
+                   f"applied: {problem}; training on whole batches")
+        for name in _BATCH:
+            changes.pop(name, None)
+    changes = _without_users_values(changes, args)
+    if not changes:
+        return trainer
+    tuned = _replaced(args, changes)
+    if tuned is None:
+        return trainer
+    trainer.args = tuned
+    _rebuild(trainer)
+    return trainer
+
+
+def _usable_here(knobs: Knobs, trainer: Trainer) -> Knobs:
+    """The knobs that can apply to this trainer on this device: AMP the device supports,
+    pinning only for batches that go to CUDA, persistent workers only where they cannot
+    change the data order, and under DeepSpeed or FSDP (which own precision and
+    accumulation in their configs) no AMP, compile or micro-batch."""
+    from tuneup.runtime import apply
+
+    device = trainer.args.device
+    if getattr(trainer, "is_deepspeed_enabled", False) or getattr(trainer, "is_fsdp_enabled",
+                                                                   False):
+        owned = {k: None for k in ("amp_dtype", "compile_mode", "micro_batch_size")
+                 if getattr(knobs, k) is not None}
+        if owned:
+            store.warn(f"{', '.join(owned)} from the settings not applied: DeepSpeed / FSDP "
+                       f"configure precision, compilation and accumulation themselves")
+        knobs = knobs.replace(**owned)
+    if apply.resolve_amp(knobs.amp_dtype, device, strict=False) is None:
+        knobs = knobs.replace(amp_dtype=None)
+    if device.type != "cuda":
+        knobs = knobs.replace(pin_memory=None)
+    config = getattr(trainer.args, "accelerator_config", None)
+    if knobs.persistent_workers and not getattr(config, "use_seedable_sampler", False):
+        # without accelerate's per-epoch seeded sampler the shuffle order comes from torch's
+        # global generator, which persistent workers stop drawing from after the first epoch
+        knobs = knobs.replace(persistent_workers=None)
+    return knobs
+
+
+def _split_problem(trainer: Trainer, micro: int) -> str | None:
+    """Why training ``micro`` samples at a time with accumulation would not give each
+    optimizer step the whole batch's gradient, or None when it does."""
+    from torch.nn.modules.batchnorm import _BatchNorm
+
+    for name, module in trainer.model.named_modules():
+        if isinstance(module, _BatchNorm):
+            return (f"{type(module).__name__} '{name}' normalises with the statistics of the "
+                    f"batch it is given, which a piece would change")
+    if trainer.args.auto_find_batch_size:
+        return "auto_find_batch_size changes the batch itself"
+    if _loss_scaled_by_model(trainer):
+        if _loss_divides_by_items(trainer):
+            return None  # a token sum over the accumulated batch's token count: exact
+        return ("the Trainer leaves scaling the loss for accumulation to this model (its "
+                "forward takes loss keywords) and tuneup cannot tell that its loss divides by "
+                "the accumulated batch's item count")
+    # the Trainer divides each piece's loss by the number of pieces: exact for equal pieces
+    dataset = trainer.train_dataset
+    if not trainer.args.dataloader_drop_last and isinstance(dataset, Sized):
+        last = len(dataset) % (micro * trainer.args.world_size)
+        if last:
+            return (f"the last batch would split into unequal pieces ({last} samples left over), "
+                    f"which the Trainer weighs equally")
+    return None
+
+
+def _loss_scaled_by_model(trainer: Trainer) -> bool:
+    """The Trainer's own rule for "the loss is already scaled for accumulation"."""
+    scaled = getattr(trainer, "loss_is_scaled_for_ga", None)
+    if scaled is not None:
+        return scaled
+    return (getattr(trainer, "model_accepts_loss_kwargs", False)
+            or getattr(trainer, "compute_loss_func", None) is not None)
+
+
+def _loss_divides_by_items(trainer: Trainer) -> bool:
+    """True for the transformers losses that divide a token sum by ``num_items_in_batch``."""
+    try:
+        from transformers.loss.loss_utils import ForCausalLMLoss, ForMaskedLMLoss
+    except ImportError:  # transformers before 4.46 counts no items
+        return False
+    if getattr(trainer, "compute_loss_func", None) is not None:
+        return False
+    loss = getattr(trainer.accelerator.unwrap_model(trainer.model), "loss_function", None)
+    return loss in (ForCausalLMLoss, ForMaskedLMLoss)
+
+
+def _without_users_values(changes: dict[str, Any], args: TrainingArguments) -> dict[str, Any]:
+    """``changes`` minus the fields the user set, with one warning naming what was kept."""
+    defaults = {f.name: f.default for f in dataclasses.fields(args)}
+    set_by_user = {name for name in _LOADER
+                   if name in changes and getattr(args, name) != defaults[name]}
+    users = {name: getattr(args, name) for name in set_by_user
+             if getattr(args, name) != changes[name]}  # the same value needs no word
+    skip = set(set_by_user)
+    if any(name in changes for name in _AMP):
+        # a precision chosen by a flag, or by ACCELERATE_MIXED_PRECISION (whose values
+        # "bf16" / "fp16" are the flags' names)
+        chosen = [name for name in _AMP if getattr(args, name)]
+        mixed = getattr(args, "mixed_precision", "no")
+        if chosen or mixed != "no":
+            skip |= set(_AMP)
+            if (chosen or [mixed]) != [name for name in _AMP if name in changes]:
+                users.update(dict.fromkeys(chosen, True) or {"mixed_precision": mixed})
+    if "torch_compile" in changes and args.torch_compile:
+        skip |= set(_COMPILE)
+        if args.torch_compile_mode != changes["torch_compile_mode"]:
+            users.update(torch_compile=True, torch_compile_mode=args.torch_compile_mode)
+    if users:
+        store.warn("kept your TrainingArguments " + ", ".join(
+            f"{name}={value!r}" for name, value in users.items())
+            + " over the settings file (values you set are never overridden)")
+    kept = {name: value for name, value in changes.items() if name not in skip}
+    workers = kept.get("dataloader_num_workers", args.dataloader_num_workers)
+    if not workers:  # prefetch and persistent workers mean nothing without workers
+        kept.pop("dataloader_prefetch_factor", None)
+        kept.pop("dataloader_persistent_workers", None)
+    return kept
+
+
+def _replaced(args: TrainingArguments, changes: dict[str, Any]) -> TrainingArguments | None:
+    """A copy of ``args`` with ``changes``, validated and derived by TrainingArguments itself
+    (``mixed_precision``, the compile backend). AMP it refuses is dropped with a warning."""
+    try:
+        return dataclasses.replace(args, **changes)
+    except ValueError as exc:
+        amp = [name for name in _AMP if name in changes]
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if not amp:
+            store.warn(f"settings not applied: TrainingArguments refused them ({reason})")
+            return None
+        store.warn(f"amp_dtype ignored: TrainingArguments refused {amp[0]}=True ({reason}); "
+                   f"training in float32")
+        return _replaced(args, {k: v for k, v in changes.items() if k not in amp})
+
+
+def _rebuild(trainer: Trainer) -> None:
+    """Rebuild what ``Trainer.__init__`` derived from its arguments, as the Trainer does for
+    a hyperparameter-search trial: the train batch size, and the accelerator, which holds
+    mixed precision and the compile plugin. Needed for every new TrainingArguments, even
+    one that changes only loader fields: building one resets accelerate's process-wide
+    state (``TrainingArguments._setup_devices``), which the old accelerator reads."""
+    trainer._train_batch_size = trainer.args.train_batch_size
+    trainer.create_accelerator_and_postprocess()
