@@ -99,3 +99,46 @@ def test_remote_loggers_are_off_in_trials(tmp_path):
     env = write_guard.environment(tmp_path)
     assert env["WANDB_MODE"] == "disabled" and env["MLFLOW_TRACKING_URI"].startswith("file:")
     assert str(tmp_path) in env["MLFLOW_TRACKING_URI"]
+
+
+CHECKPOINTING = textwrap.dedent("""
+    import os, sys, torch
+    from torch.utils.data import TensorDataset
+    from tuneup import tuned_loader, tuned_loop
+    out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "out")
+    os.makedirs(out, exist_ok=True)
+    model = torch.nn.Linear(16, 1)
+    loop = tuned_loop(model, torch.optim.SGD(model.parameters(), lr=0.01))
+    data = TensorDataset(torch.randn(512, 16), torch.randn(512, 1))
+    step = 0
+    for epoch in range(1000):
+        for x, y in tuned_loader(data, batch_size=32, loop=loop):
+            loop.train_step((x, y), lambda b: ((loop.model(b[0]) - b[1]) ** 2).mean())
+            step += 1
+            if step % 20 == 0:  # nanoGPT-style: eval and checkpoint inside the loop
+                torch.save({"iter_num": step}, os.path.join(out, "ckpt.pt"))
+                with open(os.path.join(out, "log.txt"), "a") as log:
+                    log.write(f"{step}\\n")
+""")
+
+
+@pytest.mark.slow
+def test_autotune_leaves_a_checkpointing_scripts_files_as_they_were(tmp_path):
+    """nanoGPT's in-loop checkpoint was overwritten by a trial's (iter_num 60 became 1440)."""
+    import torch
+
+    script = tmp_path / "train.py"
+    script.write_text(CHECKPOINTING)
+    out = tmp_path / "out"
+    out.mkdir()
+    torch.save({"iter_num": 60}, out / "ckpt.pt")
+    (out / "log.txt").write_text("the real run's log\n")
+    before = _user_files(out)
+    done = subprocess.run([sys.executable, "-m", "tuneup.cli", "autotune", str(script),
+                           "--budget", "30", "--only", "threads", "--format", "json",
+                           "--output", str(tmp_path / "s.json")],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert _user_files(out) == before and torch.load(out / "ckpt.pt")["iter_num"] == 60
+    notes = json.loads(done.stdout[:done.stdout.rindex("}") + 1])["notes"]
+    assert any("put back as it was" in note and "ckpt.pt" in note for note in notes)

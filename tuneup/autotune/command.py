@@ -241,6 +241,10 @@ def tune(script: Path, script_args: list[str], options: Options, budget: float, 
     elapsed = time.monotonic() - started
     if busy:
         outcome.notes.append(busy)
+    if runner.put_back:  # read after the with: the runner has ended its last process
+        shown = ", ".join(runner.put_back[:5]) + (", ..." if len(runner.put_back) > 5 else "")
+        outcome.notes.append(f"the script wrote {len(runner.put_back)} file(s) or folder(s) "
+                             f"during trials ({shown}): each was put back as it was")
     if nproc_per_node > 1:
         outcome.notes.append(
             f"tuned under torchrun with {nproc_per_node} local ranks: samples/s are the job's "

@@ -21,11 +21,11 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tuneup.autotune import protocol
+from tuneup.autotune import protocol, write_guard
 from tuneup.autotune.protocol import BUDGET, CRASH, ERROR, HANG, NONFINITE, OOM, SKIPPED
 from tuneup.autotune.ranks import RankEvents, died_silently
 from tuneup.autotune.space import ScriptFacts
@@ -100,7 +100,9 @@ class _Process:
     started: float
     next_plan: Path  # where this process looks for its next plan
     marker: str  # its protocol.ENV_MARKER value, inherited by all it starts
+    journal: Path  # what the script wrote, to put back when the process has ended
     said_hello: bool = False
+    put_back: list[str] = field(default_factory=list)  # the user's paths restored after it
     waits: bool = False  # its hello said it waits for a next plan after its last trial
     last_knobs: Knobs | None = None  # of the trial it started last, whatever its plan
     previous_knobs: Knobs | None = None  # of the one before that
@@ -129,6 +131,7 @@ class _Process:
         kill_tree(self.popen.pid)
         self.popen.wait()
         kill_marked(self.marker)
+        self.put_back.extend(write_guard.restore(self.journal))  # nothing writes any more
 
     def stderr_text(self) -> str:
         try:
@@ -255,7 +258,13 @@ class Runner:
         sweep_stale_workdirs()
         self._workdir = Path(tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-"))
         self._process: _Process | None = None
+        self._started: list[_Process] = []
         self._retried: set[str] = set()  # trials re-run in a fresh process after a switch
+
+    @property
+    def put_back(self) -> list[str]:
+        """The user's files the script changed during trials, each restored (once named)."""
+        return list(dict.fromkeys(path for p in self._started for path in p.put_back))
 
     def time_left(self) -> float:
         return self.deadline - time.monotonic()
@@ -378,16 +387,23 @@ class Runner:
         scratch = self._workdir / "tmp"  # the child's TMPDIR: removed with the work directory
         scratch.mkdir(exist_ok=True)
         marker = f"{os.getpid()}-{n}-{secrets.token_hex(8)}"
+        journal = self._workdir / f"writes-{n}.jsonl"
+        python_path = [str(write_guard.SITE_DIR), *filter(None, [os.environ.get("PYTHONPATH")])]
         env = {**os.environ, protocol.ENV_PROBE: str(plan_path),
                ENV_OBSERVERS: protocol.OBSERVER, "TMPDIR": str(scratch), "TEMP": str(scratch),
-               "TMP": str(scratch), protocol.ENV_MARKER: marker}
+               "TMP": str(scratch), protocol.ENV_MARKER: marker,
+               # what the script writes during trials is journaled and put back
+               write_guard.ENV_JOURNAL: str(journal), "PYTHONPATH": os.pathsep.join(python_path),
+               **write_guard.environment(self._workdir)}
         with stderr.open("wb") as err:
             popen = subprocess.Popen(
                 [*self._launcher(), str(self.script), *self.args],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
                 env=env, start_new_session=True,
             )
-        return _Process(popen, files, stderr, time.monotonic(), next_plan, marker)
+        process = _Process(popen, files, stderr, time.monotonic(), next_plan, marker, journal)
+        self._started.append(process)
+        return process
 
     def _launcher(self) -> list[str]:
         """The interpreter, or torchrun with the local ranks on a free port of this host,

@@ -24,6 +24,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from tuneup.after_import import after_import
+
 WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 WRITE_MODES = set("wax+")
 ENVIRONMENT = {  # loggers that would send a trial's metrics somewhere the user keeps them
@@ -95,6 +97,17 @@ def _writes(args: tuple[Any, ...]) -> bool:
     return isinstance(flags, int) and bool(flags & WRITE_FLAGS)
 
 
+ENV_JOURNAL = "TUNEUP_WRITE_JOURNAL"
+SITE_DIR = Path(__file__).parents[1] / "site"  # its sitecustomize.py calls the function below
+
+
+def install_from_environment() -> None:
+    """Journal from the interpreter's start (the runner names the journal in the trial
+    process's environment and puts :data:`SITE_DIR` first on its ``PYTHONPATH``)."""
+    journal = Path(os.environ[ENV_JOURNAL])
+    install(journal, journal.with_suffix(".copies"), journal.parent)
+
+
 def install(journal: Path, copies: Path, workdir: Path) -> None:
     """Start journaling in this process (the autotune child, before the script's loop runs).
 
@@ -107,13 +120,12 @@ def install(journal: Path, copies: Path, workdir: Path) -> None:
               Path.home() / ".cache", Path.home() / ".triton", Path(sys.prefix)]
     guard = WriteGuard(journal, copies, exempt)
     sys.addaudithook(guard)
-    _guard_torch_save(guard)
+    after_import("torch", lambda torch: _guard_torch_save(torch, guard))
 
 
-def _guard_torch_save(guard: WriteGuard) -> None:
+def _guard_torch_save(torch: Any, guard: WriteGuard) -> None:
     """``torch.save`` to a path opens the file in C++ (no audit event): journal it first."""
-    torch = sys.modules.get("torch")
-    if torch is None or getattr(torch.save, "__wrapped__", None) is not None:
+    if getattr(torch.save, "__wrapped__", None) is not None:
         return
     original = torch.save
 
@@ -128,8 +140,9 @@ def _guard_torch_save(guard: WriteGuard) -> None:
 
 
 def restore(journal: Path) -> list[str]:
-    """Put back every path the journal names, newest first; returns them (for the report).
-    A journal line cut by a kill is ignored: its change had not started."""
+    """Put back every path the journal names, newest first; returns those that had something
+    to put back (a copy, or a path that did not exist), for the report. A journal line cut
+    by a kill is ignored: its change had not started."""
     try:
         lines = journal.read_text(encoding="utf-8").splitlines()
     except OSError:
@@ -142,7 +155,7 @@ def restore(journal: Path) -> list[str]:
             continue
     for entry in reversed(entries):
         _put_back(entry)
-    return [entry["path"] for entry in entries]
+    return [entry["path"] for entry in entries if entry.get("copy") or not entry.get("existed")]
 
 
 def _put_back(entry: dict[str, Any]) -> None:

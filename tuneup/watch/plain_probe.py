@@ -1,7 +1,7 @@
 """The watcher's probe inside a job that uses a plain ``torch.utils.data.DataLoader``.
 
 ``tuneup watch -- python train.py`` puts :data:`SITE_DIR` first on ``PYTHONPATH``; Python
-imports its ``sitecustomize``, which calls :func:`install` and then runs the job's own
+imports its ``sitecustomize``, which calls :func:`install_from_environment` and then runs the job's own
 ``sitecustomize`` if it has one. :func:`install` only adds an import hook: nothing is loaded
 until the job imports ``torch.utils.data.dataloader`` (a job that never imports torch pays
 nothing). Then each DataLoader iterator is timed: how long ``next()`` waited for a batch,
@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import atexit
 import dataclasses
-import importlib.abc
-import importlib.machinery
 import json
 import os
 import sys
@@ -28,7 +26,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-SITE_DIR = Path(__file__).with_name("site")  # holds the sitecustomize.py that installs this
+from tuneup.after_import import after_import
+
+SITE_DIR = Path(__file__).parents[1] / "site"  # its sitecustomize.py arms this probe
 TARGET = "torch.utils.data.dataloader"
 PERIOD_S = 1.0
 
@@ -112,39 +112,8 @@ class _Probe:
             self.broken = True
 
 
-class _Finder(importlib.abc.MetaPathFinder):
-    """Patches the DataLoader module right after it is first executed."""
-
-    def __init__(self, probe: _Probe) -> None:
-        self.probe = probe
-
-    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
-        if name != TARGET:
-            return None
-        spec = importlib.machinery.PathFinder.find_spec(name, path)
-        if spec is None or spec.loader is None:
-            return None
-        loader, probe = spec.loader, self.probe
-        original_exec = loader.exec_module  # type: ignore[union-attr]
-
-        def exec_module(module: Any) -> None:
-            original_exec(module)
-            try:
-                probe.patch(module)
-            except Exception:  # noqa: BLE001 - another torch: unwatched, never broken
-                pass
-
-        loader.exec_module = exec_module  # type: ignore[method-assign]
-        return spec
-
-
-def install() -> None:
+def install_from_environment() -> None:
     """Arm the probe when a watcher gave a feed directory (``TUNEUP_WATCH_FEED``)."""
     directory = os.environ.get("TUNEUP_WATCH_FEED")
-    if not directory or any(isinstance(f, _Finder) for f in sys.meta_path):
-        return
-    probe = _Probe(Path(directory))
-    if TARGET in sys.modules:  # imported before us (unusual): patch it now
-        probe.patch(sys.modules[TARGET])
-        return
-    sys.meta_path.insert(0, _Finder(probe))
+    if directory:
+        after_import(TARGET, _Probe(Path(directory)).patch)
