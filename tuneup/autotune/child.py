@@ -102,6 +102,7 @@ class TrialSession(hooks.Observer):
         # before the first trial: a trial's speed must not depend on what ran before it
         self.malloc_problem = malloc_thresholds.fix()
         self.loop: TunedLoop | None = None
+        self.loops: list[TunedLoop] = []  # a GAN's D and G: every tuned_loop of the script
         self.loader: TunedLoader | None = None
         self.pending: TunedLoader | None = None  # the loader whose batch the user holds
         self.started = False
@@ -138,6 +139,7 @@ class TrialSession(hooks.Observer):
         self.loaders_created += 1
 
     def loop_created(self, loop: TunedLoop) -> None:
+        self.loops.append(loop)  # all are restored before each trial; the first is driven
         if self.loop is None:
             self.loop = loop
             loop.strict = True  # a knob that cannot apply fails its trial, not silently
@@ -256,7 +258,7 @@ class TrialSession(hooks.Observer):
     def _hello(self) -> None:
         loop, loader = self.loop, self.loader
         bf16 = loop.device.type != "cuda" or torch.cuda.is_bf16_supported()
-        reasons = {**loader.fixed_reasons, **self._script_pins()}
+        reasons = {**loader.fixed_reasons, **self._script_pins(), **self._other_loops()}
         fixed = sorted(reasons)
         dtypes = [d for d in AMP_DTYPES if apply.amp_problem(d, loop.device.type, bf16) is None]
         if self.malloc_problem is not None:
@@ -282,6 +284,16 @@ class TrialSession(hooks.Observer):
             "shuffles": loader.shuffles,
             "waits_for_next_plan": self.plan.waits_for_next_plan,
         })
+
+    def _other_loops(self) -> dict[str, str]:
+        """With several tuned_loops (a GAN's D and G) only the first is driven and measured:
+        the knobs that change a model would be applied to the others unmeasured (bfloat16
+        on one side only failed with a dtype mismatch a real run does not have)."""
+        if len(self.loops) < 2:
+            return {}
+        why = (f"the script has {len(self.loops)} tuned_loops and autotune drives and measures "
+               "only the first: knobs that change a model are not tuned")
+        return {name: why for name in ("amp_dtype", "compile_mode", "micro_batch_size")}
 
     def _script_pins(self) -> dict[str, str]:
         """Process-wide knobs the script set itself, each with how it was seen: the user's
@@ -317,9 +329,8 @@ class TrialSession(hooks.Observer):
                 batches = [batch for batch, _ in zip(plain, range(self.plan.check_steps))]
                 del plain
             _save_atomically(batches, batches_path)
-            _save_atomically({"model": loop.eager_model.state_dict(),
-                              "optimizer": loop.optimizer.state_dict(),
-                              "scheduler": loop.scheduler.state_dict() if loop.scheduler else None},
+            _save_atomically({**_loop_state(loop),
+                              "others": [_loop_state(other) for other in self.loops[1:]]},
                              state_path)
         self.reference = torch.load(state_path, map_location="cpu", weights_only=True)
         try:
@@ -329,14 +340,17 @@ class TrialSession(hooks.Observer):
             self.reference["batches"] = []
 
     def _restore(self) -> None:
-        loop = self.loop
-        loop.eager_model.load_state_dict(self.reference["model"])
-        loop.optimizer.load_state_dict(copy.deepcopy(self.reference["optimizer"]))
-        if loop.scheduler is not None and self.reference["scheduler"] is not None:
-            loop.scheduler.load_state_dict(copy.deepcopy(self.reference["scheduler"]))
-        loop.optimizer.zero_grad(set_to_none=True)
-        loop.eager_model.zero_grad(set_to_none=True)
-        loop.reset_scaler()
+        """Every loop back to the reference state: the second loop of a GAN kept training
+        between trials, and the first loop's check losses drifted with it."""
+        states = [self.reference, *self.reference.get("others", [])]
+        for loop, state in zip(self.loops, states):
+            loop.eager_model.load_state_dict(state["model"])
+            loop.optimizer.load_state_dict(copy.deepcopy(state["optimizer"]))
+            if loop.scheduler is not None and state["scheduler"] is not None:
+                loop.scheduler.load_state_dict(copy.deepcopy(state["scheduler"]))
+            loop.optimizer.zero_grad(set_to_none=True)
+            loop.eager_model.zero_grad(set_to_none=True)
+            loop.reset_scaler()
 
     def _start_trial(self) -> None:
         trial = self.plan.trials[self.index]
@@ -610,6 +624,11 @@ def torch_default_threads(environ: dict[str, str] | None = None) -> int | None:
 
 def _x86() -> bool:
     return platform.machine().lower() in ("x86_64", "amd64", "i686", "x86")
+
+
+def _loop_state(loop: TunedLoop) -> dict[str, Any]:
+    return {"model": loop.eager_model.state_dict(), "optimizer": loop.optimizer.state_dict(),
+            "scheduler": loop.scheduler.state_dict() if loop.scheduler else None}
 
 
 def _save_atomically(value: Any, path: Path) -> None:
