@@ -78,6 +78,9 @@ class Judge:
         if result.status != protocol.OK or result.step_time is None and not result.samples_per_s:
             return f"{result.status}: {result.message}".rstrip(": ")
         knobs = result.trial.knobs
+        if knobs.micro_batch_size is not None and result.micro_batch_blocked:
+            # whole batches ran: its speed is not the micro-batch's, and the run would refuse it
+            return f"micro_batch_size={knobs.micro_batch_size} not applied: {result.micro_batch_blocked}"
         if result.trial.check:
             drift = loss_drift(result.check_losses, self.reference_losses)
             if drift > self.options.loss_tolerance:
