@@ -365,3 +365,17 @@ def test_a_shell_s_subshell_in_a_real_tree_is_no_worker(spawn):
         time.sleep(0.05)
     roles = {p.pid: p.role for p in tree.sample()}
     assert len(roles) >= 2 and set(roles.values()) == {MAIN}, roles
+
+
+def test_an_executable_script_without_a_shebang_is_one_line(tmp_path):
+    from click.testing import CliRunner
+
+    from tuneup.cli import main
+
+    script = tmp_path / "train.py"
+    script.write_text("print('hi')\n")
+    script.chmod(0o755)
+    result = CliRunner().invoke(main, ["watch", "--", str(script)])
+    assert result.exit_code == 2
+    assert "Exec format error" in result.output and "python" in result.output
+    assert "Traceback" not in result.output

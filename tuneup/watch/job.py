@@ -84,6 +84,10 @@ class StartedJob:
             raise UsageError(f"no such command: {self.command[0]}") from None
         except PermissionError:
             raise UsageError(f"cannot run {self.command[0]}: permission denied") from None
+        except OSError as exc:  # ENOEXEC: an executable script without a #! line, a binary
+            hint = (f": run it as `tuneup watch -- python {self.command[0]}`, or give it a "
+                    "#! line" if self.command[0].endswith(".py") else "")
+            raise UsageError(f"cannot run {self.command[0]} ({exc.strerror or exc}){hint}") from None
         self.pid = self.popen.pid
 
     def wait(self, timeout: float) -> bool:
