@@ -27,6 +27,19 @@ def test_tuned_settings_that_no_longer_fit_are_named():
 
 @pytest.mark.parametrize(("tuned", "says"), [(False, "— run `tuneup autotune`"),
                                              (True, "tuned settings applied")])
+def test_a_settings_file_that_kept_the_defaults_is_not_tuned(tmp_path, monkeypatch, capsys):
+    """autotune keeps PyTorch's defaults when nothing beats them, and writes only the knobs it
+    sets on every run (malloc's thresholds): that run was not tuned, so tuning is suggested."""
+    path = tmp_path / "s.tuneup.json"
+    save(Settings(knobs=Knobs(fixed_malloc_thresholds=True)), path)
+    monkeypatch.setenv("TUNEUP_SETTINGS", str(path))
+    telemetry = Telemetry()
+    telemetry.started, telemetry.latest, telemetry.data_wait_s = 1.0, 3.0, 0.3
+    telemetry.samples, telemetry.steps = 64, 4
+    telemetry.print_summary()
+    assert "— run `tuneup autotune`" in capsys.readouterr().err
+
+
 def test_the_exit_line_knows_whether_settings_were_applied(tmp_path, monkeypatch, capsys,
                                                           tuned, says):
     if tuned:

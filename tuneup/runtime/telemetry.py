@@ -25,9 +25,10 @@ class Stats:
     data_wait_share: float | None  # the input-stall share, 0..1
 
     def summary(self, tuned: bool = False) -> str:
-        """One line for the end of the run. It suggests tuning only when no settings were
-        applied (a run that already uses them is not told to do what was just done), or when
-        the tuned run still waits for data long enough that the settings no longer fit."""
+        """One line for the end of the run. It suggests tuning only when no tuned knob was
+        applied (a run that already uses them is not told to do what was just done; a file
+        that kept PyTorch's defaults tuned nothing), or when the tuned run still waits for data
+        long enough that the settings no longer fit."""
         if not self.elapsed_s:
             return "tuneup: no batches were loaded"
         text = (f"tuneup: {self.steps} steps, {self.samples_per_s:.0f} samples/s, "
@@ -69,6 +70,7 @@ class Telemetry:
     def print_summary(self) -> None:
         if self.started is not None:
             from tuneup.runtime.apply import settings_knobs  # cached: the file is not re-read
+            from tuneup.settings.schema import knob_names
 
-            tuned = settings_knobs() != type(settings_knobs())()
-            print(self.stats().summary(tuned), file=sys.stderr, flush=True)
+            searched = set(settings_knobs().changed()) - set(knob_names(group=None))
+            print(self.stats().summary(tuned=bool(searched)), file=sys.stderr, flush=True)
