@@ -25,8 +25,6 @@ def test_tuned_settings_that_no_longer_fit_are_named():
     assert "no longer fit" in line and "re-run `tuneup autotune`" in line and "35%" in line
 
 
-@pytest.mark.parametrize(("tuned", "says"), [(False, "— run `tuneup autotune`"),
-                                             (True, "tuned settings applied")])
 def test_a_settings_file_that_kept_the_defaults_is_not_tuned(tmp_path, monkeypatch, capsys):
     """autotune keeps PyTorch's defaults when nothing beats them, and writes only the knobs it
     sets on every run (malloc's thresholds): that run was not tuned, so tuning is suggested."""
@@ -40,6 +38,8 @@ def test_a_settings_file_that_kept_the_defaults_is_not_tuned(tmp_path, monkeypat
     assert "— run `tuneup autotune`" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(("tuned", "says"), [(False, "— run `tuneup autotune`"),
+                                             (True, "tuned settings applied")])
 def test_the_exit_line_knows_whether_settings_were_applied(tmp_path, monkeypatch, capsys,
                                                           tuned, says):
     if tuned:
