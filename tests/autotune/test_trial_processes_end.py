@@ -46,7 +46,10 @@ def running(pids: list[int]) -> list[int]:
     return alive
 
 
-def test_processes_the_script_detaches_end_with_its_trial_process(fake_script, tmp_path):
+def test_processes_the_script_detaches_end_with_its_trial_process(fake_script, tmp_path,
+                                                                 monkeypatch):
+    # the pids file is a file the script writes: the write guard would put it back (remove it)
+    monkeypatch.setattr("tuneup.autotune.write_guard.restore", lambda journal: [])
     pids = tmp_path / "detached.pids"
     script = fake_script()
     script.write_text(DETACH.format(pids=str(pids)) + script.read_text())

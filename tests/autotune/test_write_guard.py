@@ -142,3 +142,40 @@ def test_autotune_leaves_a_checkpointing_scripts_files_as_they_were(tmp_path):
     assert _user_files(out) == before and torch.load(out / "ckpt.pt")["iter_num"] == 60
     notes = json.loads(done.stdout[:done.stdout.rindex("}") + 1])["notes"]
     assert any("put back as it was" in note and "ckpt.pt" in note for note in notes)
+
+
+FOLDERS = textwrap.dedent("""
+    import os, shutil, sys
+    from pathlib import Path
+    from tuneup.autotune import write_guard
+    user, work = Path(sys.argv[1]), Path(sys.argv[2])
+    write_guard.install(work / "journal.jsonl", work / "copies", work)
+    shutil.rmtree(user / "runs")                                  # a whole folder removed
+    os.rename(user / "ckpt_dir", user / "ckpt_dir.old")           # a folder moved whole
+    os.symlink(user / "notes.md", user / "latest")                # a link made
+    if os.fork() == 0:                                            # a forked worker writes too
+        (user / "notes.md").write_text("worker")
+        os._exit(0)
+    os.wait()
+    (user / "notes.md").write_text("main")
+""")
+
+
+def test_removed_and_moved_folders_and_a_forks_writes_are_put_back(tmp_path):
+    user, work = tmp_path / "user", tmp_path / "work"
+    (user / "runs" / "a").mkdir(parents=True)
+    (user / "runs" / "a" / "events.log").write_text("event 1\n")
+    (user / "runs" / "top.txt").write_text("top")
+    (user / "ckpt_dir").mkdir()
+    (user / "ckpt_dir" / "model.pt").write_bytes(b"weights")
+    (user / "notes.md").write_text("keep me")
+    work.mkdir()
+    before = _user_files(user)
+    script = tmp_path / "script.py"
+    script.write_text(FOLDERS)
+    done = subprocess.run([sys.executable, str(script), str(user), str(work)],
+                          capture_output=True, text=True, timeout=120, env=_env(work))
+    assert done.returncode == 0, done.stderr
+    assert _user_files(user) != before
+    write_guard.restore(work / "journal.jsonl")
+    assert _user_files(user) == before

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tuneup.watch import feed, plain_probe
+from tuneup.site import SITE_DIR
+from tuneup.watch import feed
 
 SCRIPT = textwrap.dedent("""
     import sys, time
@@ -56,7 +57,7 @@ def base_env() -> dict[str, str]:
 
 
 def probed(env: dict[str, str], directory: Path, *extra_path: str) -> dict[str, str]:
-    path = os.pathsep.join([str(plain_probe.SITE_DIR), *extra_path])
+    path = os.pathsep.join([str(SITE_DIR), *extra_path])
     return {**env, "PYTHONPATH": path, feed.ENV_FEED: str(directory)}
 
 

@@ -6,10 +6,13 @@ from __future__ import annotations
 import functools
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -151,9 +154,24 @@ def test_py_spy_on_a_real_job_sees_its_loading(spinner, monkeypatch):
 @needs_py_spy
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run py-spy as another user")
 def test_a_refused_ptrace_says_which_permission_is_missing(spinner):
-    """py-spy as nobody may not trace root's job: the real refusal, not a simulated one."""
+    """py-spy as nobody may not trace root's job: the real refusal, not a simulated one.
+
+    nobody runs a copy of py-spy outside the clone: a clone under a folder only its owner may
+    enter (a ``mktemp -d``, root's home) would stop it from running the venv's binary at all."""
     as_nobody = functools.partial(subprocess.Popen, user=65534)
-    with StackSampler(PY_SPY, spawn=as_nobody) as sampler:
+    folder = Path(tempfile.mkdtemp(prefix="tuneup-test-py-spy-", dir="/tmp"))
+    folder.chmod(0o755)
+    binary = folder / "py-spy"
+    shutil.copy2(PY_SPY, binary)
+    binary.chmod(0o755)
+    try:
+        _refused(str(binary), as_nobody, spinner)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _refused(py_spy: str, spawn, spinner) -> None:
+    with StackSampler(py_spy, spawn=spawn) as sampler:
         assert wait_for_window(sampler, spinner.pid) is None
         assert sampler.note == stacks.PTRACE_NOTE
         assert "SYS_PTRACE" in sampler.note and "kernel.yama.ptrace_scope" in sampler.note

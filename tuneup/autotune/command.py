@@ -241,6 +241,10 @@ def tune(script: Path, script_args: list[str], options: Options, budget: float, 
     elapsed = time.monotonic() - started
     if busy:
         outcome.notes.append(busy)
+    if runner.unguarded:
+        outcome.notes.append(f"the write guard was not armed in {runner.unguarded} trial "
+                             "process(es) (their Python did not load tuneup's sitecustomize): "
+                             "files the script wrote during those trials were not put back")
     if runner.put_back:  # read after the with: the runner has ended its last process
         shown = ", ".join(runner.put_back[:5]) + (", ..." if len(runner.put_back) > 5 else "")
         outcome.notes.append(f"the script wrote {len(runner.put_back)} file(s) or folder(s) "

@@ -33,6 +33,7 @@ from tuneup.autotune.trials import Trial, TrialResult
 from tuneup.errors import ScriptError
 from tuneup.files import write_atomic
 from tuneup.runtime.hooks import ENV_OBSERVERS
+from tuneup.site import ENV_JOURNAL, SITE_DIR
 
 if TYPE_CHECKING:
     import psutil
@@ -103,6 +104,7 @@ class _Process:
     journal: Path  # what the script wrote, to put back when the process has ended
     said_hello: bool = False
     put_back: list[str] = field(default_factory=list)  # the user's paths restored after it
+    guarded: bool = True  # its write guard was armed (its journal existed when it ended)
     waits: bool = False  # its hello said it waits for a next plan after its last trial
     last_knobs: Knobs | None = None  # of the trial it started last, whatever its plan
     previous_knobs: Knobs | None = None  # of the one before that
@@ -131,6 +133,7 @@ class _Process:
         kill_tree(self.popen.pid)
         self.popen.wait()
         kill_marked(self.marker)
+        self.guarded = self.guarded and self.journal.exists()  # the guard made it at start
         self.put_back.extend(write_guard.restore(self.journal))  # nothing writes any more
 
     def stderr_text(self) -> str:
@@ -262,6 +265,11 @@ class Runner:
         self._retried: set[str] = set()  # trials re-run in a fresh process after a switch
 
     @property
+    def unguarded(self) -> int:
+        """Trial processes that said hello without their write guard armed (no journal)."""
+        return sum(p.said_hello and not p.guarded for p in self._started)
+
+    @property
     def put_back(self) -> list[str]:
         """The user's files the script changed during trials, each restored (once named)."""
         return list(dict.fromkeys(path for p in self._started for path in p.put_back))
@@ -388,12 +396,12 @@ class Runner:
         scratch.mkdir(exist_ok=True)
         marker = f"{os.getpid()}-{n}-{secrets.token_hex(8)}"
         journal = self._workdir / f"writes-{n}.jsonl"
-        python_path = [str(write_guard.SITE_DIR), *filter(None, [os.environ.get("PYTHONPATH")])]
+        python_path = [str(SITE_DIR), *filter(None, [os.environ.get("PYTHONPATH")])]
         env = {**os.environ, protocol.ENV_PROBE: str(plan_path),
                ENV_OBSERVERS: protocol.OBSERVER, "TMPDIR": str(scratch), "TEMP": str(scratch),
                "TMP": str(scratch), protocol.ENV_MARKER: marker,
                # what the script writes during trials is journaled and put back
-               write_guard.ENV_JOURNAL: str(journal), "PYTHONPATH": os.pathsep.join(python_path),
+               ENV_JOURNAL: str(journal), "PYTHONPATH": os.pathsep.join(python_path),
                **write_guard.environment(self._workdir)}
         with stderr.open("wb") as err:
             popen = subprocess.Popen(

@@ -15,16 +15,20 @@ native client) and by processes the script spawns rather than forks.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import sys
 import tempfile
+import threading
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from tuneup.after_import import after_import
+from tuneup.files import trusted_path
+from tuneup.site import ENV_JOURNAL
 
 WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 WRITE_MODES = set("wax+")
@@ -49,45 +53,74 @@ class WriteGuard:
         self.copies = copies
         self.exempt = tuple(os.path.realpath(p) + os.sep for p in exempt)
         self.seen: set[str] = set()
-        self.busy = False  # our own copying opens files too
+        self.local = threading.local()  # .busy: this thread is copying (its opens are ours)
+        self.lock = threading.Lock()
 
     def __call__(self, event: str, args: tuple[Any, ...]) -> None:
-        if self.busy:
+        if getattr(self.local, "busy", False):
             return
         if event == "open" and _writes(args):
             self.before_change(args[0])
-        elif event in ("os.rename", "os.replace"):
-            self.before_change(args[0])
-            self.before_change(args[1])
-        elif event in ("os.remove", "os.rmdir", "os.truncate", "os.mkdir"):
+        elif event in ("os.rename", "os.replace"):  # (src, dst, src_dir_fd, dst_dir_fd)
+            source, target = _at(args[0], args[2]), _at(args[1], args[3])
+            if isinstance(source, str) and os.path.isdir(source):
+                self.before_change(target, renamed_from=source)  # a folder moves whole
+            else:
+                self.before_change(source)
+                self.before_change(target)
+        elif event in ("os.link", "os.symlink"):  # (src, dst, ..., dst_dir_fd)
+            self.before_change(_at(args[1], args[-1]))
+        elif event in ("os.remove", "os.rmdir", "os.mkdir"):  # (path, [mode,] dir_fd)
+            self.before_change(_at(args[0], args[-1]))  # rmtree removes relative to a dir_fd
+        elif event == "os.truncate":
             self.before_change(args[0])
 
-    def before_change(self, target: Any) -> None:
+    def before_change(self, target: Any, renamed_from: Any = None) -> None:
         """Journal ``target`` (and keep a copy) unless it was already, or is exempt."""
         if not isinstance(target, (str, bytes, os.PathLike)):
             return  # a file descriptor: opened (and journaled) before
         path = os.path.realpath(os.fsdecode(os.fspath(target)))
-        if path in self.seen or path.startswith(self.exempt) or path.endswith(".pyc"):
+        if path.startswith(self.exempt) or path.endswith(".pyc"):
             return
-        self.busy = True
-        try:
-            self.seen.add(path)
-            self._record(path)
-        except OSError as exc:  # no copy, no write: a trial must never cost the user a file
-            raise PermissionError(f"tuneup autotune could not keep a copy of {path} before the "
-                                  f"script changes it ({exc.strerror or exc})") from None
-        finally:
-            self.busy = False
+        source = os.path.realpath(os.fsdecode(os.fspath(renamed_from))) if renamed_from else None
+        with self.lock:
+            if path in self.seen and source is None:
+                return
+            self.local.busy = True
+            try:
+                self.seen.add(path)
+                self._record(path, source)
+            except OSError as exc:  # no copy, no write: a trial must never cost a user's file
+                raise PermissionError(f"tuneup autotune could not keep a copy of {path} before "
+                                      f"the script changes it ({exc.strerror or exc})") from None
+            finally:
+                self.local.busy = False
 
-    def _record(self, path: str) -> None:
+    def _record(self, path: str, renamed_from: str | None) -> None:
         copy = None
         if os.path.isfile(path) and not os.path.islink(path):
-            copy = str(self.copies / f"{len(self.seen)}-{os.path.basename(path)}")
+            fd, copy = tempfile.mkstemp(prefix=f"{os.getpid()}-", suffix=f"-{os.path.basename(path)}",
+                                        dir=self.copies)  # unique across ranks and workers
+            os.close(fd)
             shutil.copy2(path, copy)
-        entry = {"path": path, "copy": copy, "existed": os.path.lexists(path)}
+        entry = {"path": path, "copy": copy, "existed": os.path.lexists(path),
+                 "folder": os.path.isdir(path) and not os.path.islink(path),
+                 "renamed_from": renamed_from}
         with open(self.journal, "a", encoding="utf-8") as handle:
             handle.write(json.dumps(entry) + "\n")
             handle.flush()
+
+
+def _at(path: Any, dir_fd: Any) -> Any:
+    """``path`` as the call resolves it: relative to ``dir_fd`` when one is given."""
+    if not isinstance(dir_fd, int) or isinstance(dir_fd, bool) or dir_fd < 0:
+        return path
+    if not isinstance(path, (str, bytes, os.PathLike)) or os.path.isabs(os.fsdecode(path)):
+        return path
+    try:
+        return os.path.join(os.readlink(f"/proc/self/fd/{dir_fd}"), os.fsdecode(path))
+    except OSError:
+        return path
 
 
 def _writes(args: tuple[Any, ...]) -> bool:
@@ -95,10 +128,6 @@ def _writes(args: tuple[Any, ...]) -> bool:
     if isinstance(mode, str):
         return bool(WRITE_MODES & set(mode))
     return isinstance(flags, int) and bool(flags & WRITE_FLAGS)
-
-
-ENV_JOURNAL = "TUNEUP_WRITE_JOURNAL"
-SITE_DIR = Path(__file__).parents[1] / "site"  # its sitecustomize.py calls the function below
 
 
 def install_from_environment() -> None:
@@ -116,6 +145,7 @@ def install(journal: Path, copies: Path, workdir: Path) -> None:
     the user's, and torch's compile caches must stay warm. A user's folder under ``/tmp`` is
     guarded like any other."""
     copies.mkdir(parents=True, exist_ok=True)
+    journal.touch()  # its presence tells the runner the guard is armed
     exempt = [workdir, Path(tempfile.gettempdir()), Path("/dev"), Path("/proc"), Path("/sys"),
               Path.home() / ".cache", Path.home() / ".triton", Path(sys.prefix)]
     guard = WriteGuard(journal, copies, exempt)
@@ -159,17 +189,37 @@ def restore(journal: Path) -> list[str]:
 
 
 def _put_back(entry: dict[str, Any]) -> None:
-    path, copy = entry["path"], entry.get("copy")
+    path, copy, source = entry["path"], entry.get("copy"), entry.get("renamed_from")
     try:
+        if source and not os.path.lexists(source) and os.path.isdir(path):
+            os.rename(path, source)  # a folder moved whole goes back whole
         if copy:
             if os.path.islink(path) or os.path.isdir(path):
                 _remove(path)
-            shutil.copy2(copy, path)  # the copy may lie on another file system
+            _copy_over(copy, path)
             os.unlink(copy)
+        elif entry.get("folder") and entry.get("existed"):
+            os.makedirs(path, exist_ok=True)  # removed (rmtree): its files follow, newest first
         elif not entry.get("existed"):
             _remove(path)
     except OSError:
         pass  # a path the script made unwritable, or a folder not empty: leave it
+
+
+def _copy_over(copy: str, path: str) -> None:
+    """The kept copy back at ``path`` atomically (a temporary file beside it, then a rename:
+    an interrupted restore never leaves half a checkpoint), through no other user's link."""
+    target = trusted_path(Path(path))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    os.close(fd)
+    try:
+        shutil.copy2(copy, temporary)  # the copy may lie on another file system
+        os.replace(temporary, target)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary)
+        raise
 
 
 def _remove(path: str) -> None:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 DATA_DIR = Path(__file__).parent / "data"
 MIN_BARE_TEXT = 30  # a cudaGetErrorString text this long is specific enough without a prefix
-SCANNED_CHARS = 1 << 16  # of one pasted block: a message is a line or a few, not megabytes
+SCANNED_CHARS = 1 << 16  # of each end of a text: a traceback ends with its error
 
 
 @dataclass(frozen=True)
@@ -74,8 +74,10 @@ REQUESTED_TORCH = re.compile(
 
 
 def recognised(text: str) -> list[str]:
-    """Names of the known messages ``text`` holds, in registry order."""
-    text = text[:SCANNED_CHARS]
+    """Names of the known messages ``text`` holds, in registry order (its first and last
+    :data:`SCANNED_CHARS`: a long log is not read whole, and its error is at its end)."""
+    if len(text) > 2 * SCANNED_CHARS:
+        text = text[:SCANNED_CHARS] + "\n" + text[-SCANNED_CHARS:]
     return [message.name for message in MESSAGES if message.pattern.search(text)]
 
 

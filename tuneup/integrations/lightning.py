@@ -25,13 +25,16 @@ from torch.utils.data import (
 from tuneup.integrations import knobs_as, require
 from tuneup.runtime import apply
 from tuneup.settings import Knobs, store
+from tuneup.settings.schema import knob_facts
 
 pl = require("lightning.pytorch", "lightning")
 
 # PyTorch's DataLoader defaults: another value is the user's (prefetch_factor: 2 with
 # workers, None without)
-_PYTORCH_DEFAULTS = {"num_workers": (0,), "pin_memory": (False,), "prefetch_factor": (2, None),
-                     "persistent_workers": (False,)}
+# a loader attribute still at PyTorch's default is the user's to leave, not a choice; the
+# defaults are the knobs' declared facts (prefetch_factor is None without workers, too)
+_PYTORCH_DEFAULTS = {name: (knob_facts(name).pytorch_default,) + (
+    (None,) if name == "prefetch_factor" else ()) for name in Knobs.LOADER}
 # the DataLoader attributes a rebuild carries over unchanged (those this torch has)
 _CARRIED = ("collate_fn", "worker_init_fn", "generator", "multiprocessing_context", "timeout",
             "pin_memory_device", "in_order")

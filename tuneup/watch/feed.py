@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tuneup.files import write_atomic
+from tuneup.site import ENV_FEED
 from tuneup.runtime import hooks
 from tuneup.watch.safe_files import read_regular
 from tuneup.watch.samples import RuntimeSample
@@ -38,7 +39,6 @@ from tuneup.watch.samples import RuntimeSample
 if TYPE_CHECKING:
     from tuneup.runtime.loader import TunedLoader
 
-ENV_FEED = "TUNEUP_WATCH_FEED"
 OBSERVER = "tuneup.watch.feed:install"
 PERIOD_S = 1.0
 MAX_BYTES = 1 << 16  # a feed file is a few hundred bytes

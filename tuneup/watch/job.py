@@ -25,7 +25,8 @@ import psutil
 
 from tuneup.errors import UsageError
 from tuneup.runtime.hooks import ENV_OBSERVERS
-from tuneup.watch import feed, plain_probe
+from tuneup.site import SITE_DIR
+from tuneup.watch import feed
 
 FEED_PREFIX = "tuneup-watch-"  # + the watcher's pid + "-" + mkdtemp's random part
 POLL_S = 0.1  # how often an attached job is checked for having ended
@@ -73,7 +74,7 @@ class StartedJob:
         self.command = list(command)
         self.feed_directory = feed_directory
         observers = [o for o in os.environ.get(ENV_OBSERVERS, "").split(",") if o.strip()]
-        python_path = [str(plain_probe.SITE_DIR), *filter(None, [os.environ.get("PYTHONPATH")])]
+        python_path = [str(SITE_DIR), *filter(None, [os.environ.get("PYTHONPATH")])]
         env = {**os.environ, feed.ENV_FEED: str(feed_directory),
                ENV_OBSERVERS: ",".join(dict.fromkeys([*observers, feed.OBSERVER])),
                # the plain-DataLoader probe: its sitecustomize loads in the job's Pythons only

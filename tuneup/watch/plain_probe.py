@@ -1,6 +1,6 @@
 """The watcher's probe inside a job that uses a plain ``torch.utils.data.DataLoader``.
 
-``tuneup watch -- python train.py`` puts :data:`SITE_DIR` first on ``PYTHONPATH``; Python
+``tuneup watch -- python train.py`` puts :data:`tuneup.site.SITE_DIR` first on ``PYTHONPATH``; Python
 imports its ``sitecustomize``, which calls :func:`install_from_environment` and then runs the job's own
 ``sitecustomize`` if it has one. :func:`install` only adds an import hook: nothing is loaded
 until the job imports ``torch.utils.data.dataloader`` (a job that never imports torch pays
@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from tuneup.after_import import after_import
+from tuneup.site import ENV_FEED
 
-SITE_DIR = Path(__file__).parents[1] / "site"  # its sitecustomize.py arms this probe
 TARGET = "torch.utils.data.dataloader"
 PERIOD_S = 1.0
 
@@ -48,7 +48,7 @@ class Counters:
 
 class _Probe:
     def __init__(self, directory: Path) -> None:
-        self.path = directory / f"{os.getpid()}.json"
+        self.directory = directory
         self.counters = Counters()
         self.broken = False
 
@@ -107,13 +107,14 @@ class _Probe:
         try:
             from tuneup.files import write_atomic
 
-            write_atomic(self.path, json.dumps(record), durable=False)
+            write_atomic(self.directory / f"{os.getpid()}.json", json.dumps(record),
+                         durable=False)  # this process's pid: a forked trainer has its own
         except Exception:  # noqa: BLE001 - a watcher gone, a full disk: training goes on
             self.broken = True
 
 
 def install_from_environment() -> None:
     """Arm the probe when a watcher gave a feed directory (``TUNEUP_WATCH_FEED``)."""
-    directory = os.environ.get("TUNEUP_WATCH_FEED")
+    directory = os.environ.get(ENV_FEED)
     if directory:
         after_import(TARGET, _Probe(Path(directory)).patch)

@@ -35,6 +35,11 @@ def _line_around(text: str, match: re.Match[str]) -> str:
     return line if len(line) <= 200 else match.group(0)
 
 
+EXPLAINED_BY = {
+    "no-gpu-visible": ("driver-too-old", "cpu-only-build", "rocm-build", "arch-unsupported"),
+}
+
+
 @dataclass
 class Diagnosis:
     """Everything the rules concluded: findings, checks that passed, checks that could not run."""
@@ -192,6 +197,13 @@ class Context:
             if match:
                 found.append((message, _line_around(self.all_messages, match)))
         return found
+
+    def explained(self, category: str) -> bool:
+        """Another fault accounts for ``category``'s symptom (torch seeing no usable GPU is
+        the symptom of a driver too old, a CPU or ROCm build, or no kernels): a finding of
+        that fault, or a pasted message placing it there."""
+        return any(self.has(cause) or self.message_says(cause)
+                   for cause in EXPLAINED_BY.get(category, ()))
 
     def message_says(self, category: str) -> bool:
         """A pasted message places the fault in ``category`` (a rule that would otherwise call

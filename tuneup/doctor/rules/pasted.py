@@ -23,9 +23,6 @@ CODES = {  # category -> the finding code for "a pasted message says so"
     "python-unsupported": "TU704",
     "program-error": "TU960",
 }
-EXPLAINED_BY = {  # a GPU torch cannot use is the symptom of these faults, not one of its own
-    "no-gpu-visible": ("driver-too-old", "cpu-only-build", "rocm-build", "arch-unsupported"),
-}
 SEVERITY = {"error": ERROR, "warning": WARNING, "info": INFO}
 EXCERPT = 120
 
@@ -37,7 +34,7 @@ def check(ctx: Context) -> None:
         code = CODES[category]
         if category in said or ctx.has(category) or category in ctx.settled:
             continue  # said already, or a rule with the facts proved that part fine
-        if any(ctx.has(cause) for cause in EXPLAINED_BY.get(category, ())):
+        if ctx.explained(category):
             continue
         said.add(category)
         ctx.add(code, SEVERITY[message.severity],

@@ -51,7 +51,7 @@ def check(ctx: Context) -> None:
         else:
             ctx.skip(AREA, "whether torch sees the GPU (the report does not say)")
         return
-    if _explained(ctx):
+    if ctx.explained("no-gpu-visible"):
         return  # the driver finding or a pasted message already explains it
     what = ", ".join(g.name for g in ctx.nvidia_gpus) or f"driver {ctx.snap.driver.version}"
     build = f"{ctx.build.label} (CUDA {ctx.build.cuda})" if ctx.build.cuda else ctx.build.label
@@ -92,13 +92,6 @@ def check(ctx: Context) -> None:
     )
 
 
-def _explained(ctx: Context) -> bool:
-    """Another fault accounts for torch seeing no GPU: a finding, or a pasted message whose
-    category is that fault (:mod:`tuneup.doctor.rules.pasted` reports it)."""
-    causes = ("driver-too-old", "rocm-build", "cpu-only-build")
-    return any(ctx.has(cause) or ctx.message_says(cause) for cause in causes)
-
-
 def _hidden_by_visible_devices(ctx: Context) -> str:
     """Why CUDA_VISIBLE_DEVICES hides GPUs, or '' when it does not (or is unset/unknown)."""
     value = ctx.env("CUDA_VISIBLE_DEVICES")
@@ -137,7 +130,7 @@ def _unexplained(ctx: Context) -> None:
         return
     if build.kind != "cuda" or build.assumed or torch.cuda_available is not False:
         return
-    if ctx.snap.gpus == [] or _explained(ctx):
+    if ctx.snap.gpus == [] or ctx.explained("no-gpu-visible"):
         return  # known to have no GPU, or already explained
     conda = ctx.snap.conda_packages or {}
     chosen = (versions.local(build.version or "") or "").startswith("cu") or bool(
