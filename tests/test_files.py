@@ -102,3 +102,22 @@ def test_a_new_copy_has_an_unguessable_name_and_ordinary_permissions(tmp_path):
     assert first.name.startswith("train.tuneup.json.") and first.name != f"train.tuneup.json.{os.getpid()}"
     assert (first.read_text(), second.read_text()) == ("a", "b")
     assert stat.S_IMODE(first.stat().st_mode) == 0o644
+
+
+def test_a_copy_lands_whole_with_its_mode_and_never_through_another_users_link(tmp_path, foreign):
+    source = tmp_path / "kept.pt"
+    source.write_bytes(b"weights" * 1000)
+    source.chmod(0o640)
+    files.copy_atomic(source, tmp_path / "run" / "ckpt.pt")  # its folder is made
+    restored = tmp_path / "run" / "ckpt.pt"
+    assert restored.read_bytes() == source.read_bytes()
+    assert stat.S_IMODE(restored.stat().st_mode) == 0o640
+    victim = tmp_path / "victim"
+    victim.write_text("secret")
+    link = tmp_path / "planted"
+    link.symlink_to(victim)
+    foreign(link)
+    with pytest.raises(ForeignLinkError):
+        files.copy_atomic(source, link)
+    assert victim.read_text() == "secret"
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["ckpt.pt"]  # no temporary

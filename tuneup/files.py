@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 import stat
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 MAX_LINK_HOPS = 40  # as the kernel's own limit on nested links (ELOOP)
@@ -40,10 +42,29 @@ def write_atomic(path: Path, data: str | bytes, *, durable: bool = True) -> None
     rather than an empty one; a file rewritten every second for a live reader can skip
     that. A failed write leaves no temporary file behind.
     """
+    _replace(trusted_path(path), lambda fd, temporary: _fill(fd, data, durable))
+
+
+def copy_atomic(source: Path, path: Path) -> None:
+    """``source``'s bytes, mode and times at ``path``, as :func:`write_atomic` writes (a
+    temporary file beside it, then a rename: an interrupted copy never leaves half a file),
+    streamed, so a checkpoint of gigabytes is never held in memory. Makes ``path``'s folder."""
     target = trusted_path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+
+    def fill(fd: int, temporary: str) -> None:
+        os.close(fd)
+        shutil.copy2(source, temporary)  # the source may lie on another file system
+
+    _replace(target, fill)
+
+
+def _replace(target: Path, fill: Callable[[int, str], None]) -> None:
+    """``fill(fd, name)`` a new temporary file beside ``target``, then rename it over it; a
+    failure leaves no temporary file behind."""
     fd, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
-        _fill(fd, data, durable)
+        fill(fd, temporary)
         os.replace(temporary, target)
     except BaseException:
         try:

@@ -21,7 +21,7 @@ from typing import Any
 import click
 from rich.console import Console
 
-from tuneup import __version__
+from tuneup import __version__, terminal
 from tuneup.autotune.report import Progress, print_table, to_json
 from tuneup.autotune.runner import Runner
 from tuneup.autotune.search import Options, Outcome, Search
@@ -256,7 +256,7 @@ def tune(script: Path, script_args: list[str], options: Options, budget: float, 
             f"of the cores; run with the same --nproc-per-node")
     written, error = write_settings(settings_for(outcome, script, nproc_per_node), output)
     if output_format == "text":
-        print_table(Console(), outcome, written, elapsed)
+        print_table(terminal.console(), outcome, written, elapsed)
     result = to_json(outcome, script, written, elapsed, budget)
     if error:
         result["error"] = error

@@ -15,7 +15,6 @@ native client) and by processes the script spawns rather than forks.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
@@ -27,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from tuneup.after_import import after_import
-from tuneup.files import trusted_path
+from tuneup.files import copy_atomic
 from tuneup.site import ENV_JOURNAL
 
 WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
@@ -196,7 +195,7 @@ def _put_back(entry: dict[str, Any]) -> None:
         if copy:
             if os.path.islink(path) or os.path.isdir(path):
                 _remove(path)
-            _copy_over(copy, path)
+            copy_atomic(Path(copy), Path(path))  # atomic, through no other user's link
             os.unlink(copy)
         elif entry.get("folder") and entry.get("existed"):
             os.makedirs(path, exist_ok=True)  # removed (rmtree): its files follow, newest first
@@ -204,22 +203,6 @@ def _put_back(entry: dict[str, Any]) -> None:
             _remove(path)
     except OSError:
         pass  # a path the script made unwritable, or a folder not empty: leave it
-
-
-def _copy_over(copy: str, path: str) -> None:
-    """The kept copy back at ``path`` atomically (a temporary file beside it, then a rename:
-    an interrupted restore never leaves half a checkpoint), through no other user's link."""
-    target = trusted_path(Path(path))
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    os.close(fd)
-    try:
-        shutil.copy2(copy, temporary)  # the copy may lie on another file system
-        os.replace(temporary, target)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temporary)
-        raise
 
 
 def _remove(path: str) -> None:

@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from tuneup import terminal
 from tuneup.errors import TuneupError
 from tuneup.watch.state import StateDir
 
@@ -54,7 +55,7 @@ def status(state_dir: Path | None, output_format: str) -> None:
     if output_format == "json":
         click.echo(json.dumps({"running": True, **data}, indent=2))
         return
-    console = Console(highlight=False)
+    console = terminal.console(highlight=False)  # a closed pipe: exit 141, one line
     if not console.is_terminal:  # piped: whole rows for grep and scripts, not a table cut to 80
         console.width = max(console.width, PIPED_WIDTH)
     print_status(console, data)
