@@ -63,7 +63,7 @@ EXAMPLES = ROOT / "docs" / "examples"
 HELDOUT = ROOT / "scripts" / "heldout"  # shapes the tuner was not developed on
 sys.path[:0] = [str(EXAMPLES), str(HELDOUT)]
 
-from tuneup.autotune.child import SLOW_BFLOAT16, cpu_bfloat16_slowdown  # noqa: E402
+from tuneup.autotune.child_facts import SLOW_BFLOAT16, cpu_bfloat16_slowdown  # noqa: E402
 from tuneup.runtime import malloc_thresholds  # noqa: E402
 from tuneup.settings import Knobs, read  # noqa: E402
 

@@ -4,10 +4,13 @@
 A small MLP regresses a generated function of its inputs, on the CPU in a few seconds:
 
     python docs/examples/train_lightning.py
+    tuneup autotune docs/examples/train_lightning.py -- --prep 60   # input-bound: tune it
     tuneup settings show docs/examples/train_lightning.py --as lightning
 
 With no ``train_lightning.tuneup.json`` beside this script (or ``TUNEUP_SETTINGS``),
-``tuned_trainer_kwargs`` returns the arguments unchanged. Needs ``pip install tuneup[lightning]``.
+``tuned_trainer_kwargs`` returns the arguments unchanged. ``--prep N`` stands for per-sample
+work (decoding, feature extraction): each sample's target is computed N times, which makes
+the job input-bound. Needs ``pip install tuneup[lightning]``.
 """
 
 from __future__ import annotations
@@ -19,25 +22,40 @@ import time
 import lightning as L
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import DataLoader, Dataset
 
 from tuneup.integrations.lightning import tuned_trainer_kwargs
 
 FEATURES = 32
 
 
+class Points(Dataset):
+    """Generated inputs; each target a function of its input, worked out ``prep`` times."""
+
+    def __init__(self, samples: int, prep: int) -> None:
+        self.x = torch.randn(samples, FEATURES, generator=torch.Generator().manual_seed(0))
+        self.prep = prep
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        x = self.x[i]
+        for _ in range(self.prep):  # the same target each pass: only the cost changes
+            y = torch.sin(x[:4].sum()) + 0.1 * x[4]
+        return x, y
+
+
 class Regressor(L.LightningModule):
-    def __init__(self, samples: int, batch_size: int) -> None:
+    def __init__(self, samples: int, batch_size: int, prep: int = 1) -> None:
         super().__init__()
-        self.samples, self.batch_size = samples, batch_size
+        self.samples, self.batch_size, self.prep = samples, batch_size, prep
         self.net = nn.Sequential(nn.Linear(FEATURES, 128), nn.ReLU(), nn.Linear(128, 1))
 
     def train_dataloader(self) -> DataLoader:
-        g = torch.Generator().manual_seed(0)
-        x = torch.randn(self.samples, FEATURES, generator=g)
-        y = torch.sin(x[:, :4].sum(1)) + 0.1 * x[:, 4]
         # no num_workers here: tuneup's settings choose it (a value you pass is kept)
-        return DataLoader(TensorDataset(x, y), batch_size=self.batch_size, shuffle=True)
+        return DataLoader(Points(self.samples, self.prep), batch_size=self.batch_size,
+                          shuffle=True)
 
     def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], index: int) -> torch.Tensor:
         x, y = batch
@@ -57,10 +75,12 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=8192)
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--prep", type=int, default=1,
+                        help="passes of per-sample work (60: input-bound on 2 cores)")
     options = parser.parse_args()
 
     torch.manual_seed(0)
-    model = Regressor(options.samples, options.batch_size)
+    model = Regressor(options.samples, options.batch_size, options.prep)
     with tempfile.TemporaryDirectory() as root:
         trainer = L.Trainer(**tuned_trainer_kwargs(  # the one change tuneup asks for
             max_epochs=options.epochs, logger=False, enable_checkpointing=False,

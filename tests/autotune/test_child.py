@@ -215,7 +215,8 @@ def test_a_short_script_ends_with_script_ended(tmp_path):
 @pytest.mark.parametrize(("env", "expected"), [
     ({"NO_WRAPPERS": "1"}, None),
     ({"LOOP_ONLY": "1"}, "the script never called tuned_loader(dataset, ..., loop=loop)"),
-    ({"LOADER_ONLY": "1"}, "the script never called tuned_loop(model, optimizer)"),
+    ({"LOADER_ONLY": "1"}, "the script never called tuned_loop(model, optimizer), nor "
+                           "tuned_trainer / tuned_trainer_kwargs for a Trainer"),
 ])
 def test_wrappers_never_used(tmp_path, env, expected):
     process, events = run_child(tmp_path, [{"id": "baseline", "knobs": {}}], **env)
@@ -293,7 +294,7 @@ def test_a_bad_plan_exits_2(tmp_path):
 def test_bfloat16_is_called_slow_only_when_every_round_says_so():
     """One disturbed round (116x, seen in a tuning child on a CPU with AVX512-BF16) must
     not take bfloat16 out of the search; emulated bfloat16 is slow in every round."""
-    from tuneup.autotune.child import SLOW_BFLOAT16, least_slowdown
+    from tuneup.autotune.child_facts import SLOW_BFLOAT16, least_slowdown
 
     disturbed = iter([116.0, 0.8, 50.0])
     assert least_slowdown(lambda: next(disturbed)) == 0.8
@@ -391,7 +392,7 @@ def test_the_scripts_own_thread_count_is_the_baseline_and_not_tuned(tmp_path, wh
 
 
 def test_torchs_default_thread_count_follows_its_environment_variables():
-    from tuneup.autotune.child import torch_default_threads
+    from tuneup.autotune.child_facts import torch_default_threads
 
     assert torch_default_threads({"OMP_NUM_THREADS": "3"}) == 3
     assert torch_default_threads({"OMP_NUM_THREADS": "3", "MKL_NUM_THREADS": "5"}) == 5

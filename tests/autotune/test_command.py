@@ -82,8 +82,8 @@ def test_script_without_wrappers_exit_1(tmp_path):
     script.write_text("pass\n")
     result = invoke(str(script), "--budget", "30")
     assert result.exit_code == 1
-    assert "plain.py never called tuned_loop or tuned_loader — see docs/autotune.md" \
-        in result.output
+    assert ("plain.py never called tuned_loop or tuned_loader (for a Trainer: "
+            "tuned_trainer or tuned_trainer_kwargs) — see docs/autotune.md") in result.output
 
 
 def test_ctrl_c_leaves_the_settings_file_intact(fake_script, tmp_path, monkeypatch):

@@ -158,7 +158,8 @@ def test_script_without_the_wrappers(tmp_path):
     script.write_text("print('training without tuneup')\n")
     with Runner(script) as runner, pytest.raises(ScriptError) as error:
         runner.run(trials("a"))
-    assert str(error.value) == ("plain.py never called tuned_loop or tuned_loader — see "
+    assert str(error.value) == ("plain.py never called tuned_loop or tuned_loader (for a Trainer: "
+        "tuned_trainer or tuned_trainer_kwargs) — see "
                                 "docs/autotune.md")
 
 

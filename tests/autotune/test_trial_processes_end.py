@@ -84,8 +84,8 @@ def test_a_script_without_the_loop_is_told_the_loop_is_missing(tmp_path):
         for x, y in tuned_loader(data, batch_size=16):
             pass
     ''')
-    assert message == ("train.py: the script never called tuned_loop(model, optimizer) — see "
-                       "docs/autotune.md")
+    assert message == ("train.py: the script never called tuned_loop(model, optimizer), nor "
+                       "tuned_trainer / tuned_trainer_kwargs for a Trainer — see docs/autotune.md")
 
 
 def test_a_start_up_without_a_step_is_not_said_to_skip_the_wrappers(tmp_path):

@@ -95,7 +95,6 @@ def test_the_users_precision_is_kept_with_one_warning(write_settings):
 
 @pytest.mark.parametrize(("knobs", "says"), [
     ({"amp_dtype": "float16"}, "float16 autocast is not used on the CPU"),
-    ({"compile_mode": "default"}, r"pass torch.compile\(model, mode='default'\) to trainer.fit"),
     ({"micro_batch_size": 2}, "accumulate_grad_batches needs a smaller loader batch"),
 ])
 def test_what_is_not_applied_is_one_warning(write_settings, knobs, says):
@@ -103,6 +102,29 @@ def test_what_is_not_applied_is_one_warning(write_settings, knobs, says):
     with pytest.warns(TuneupWarning, match=says) as caught:
         kwargs = tuned_trainer_kwargs(accelerator="cpu")
     assert len(caught) == 1 and "precision" not in kwargs
+
+
+def test_compile_mode_compiles_the_parts_training_step_calls(tmp_path, write_settings):
+    plain = fit(tmp_path, Module())
+    write_settings(compile_mode="default")
+    module = Module()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TuneupWarning)
+        compiled = fit(tmp_path, module)
+    assert module.net._compiled_call_impl is not None  # what training_step calls
+    assert compiled.global_step == plain.global_step
+
+
+def test_a_module_the_script_compiled_is_left_with_one_warning(tmp_path, write_settings):
+    write_settings(compile_mode="default")
+    module = Module()
+    trainer = L.Trainer(**tuned_trainer_kwargs(
+        max_steps=1, accelerator="cpu", enable_progress_bar=False, logger=False,
+        enable_checkpointing=False, enable_model_summary=False, default_root_dir=str(tmp_path)))
+    with pytest.warns(TuneupWarning, match="you compiled the module yourself") as caught:
+        trainer.fit(torch.compile(module))
+    assert len([w for w in caught if w.category is TuneupWarning]) == 1
+    assert module.net._compiled_call_impl is None
 
 
 def test_loader_knobs_keep_the_order_the_losses_and_the_steps(tmp_path, write_settings):

@@ -1,10 +1,10 @@
-"""The NVML seam: what a GPU reading becomes, unsupported queries, and a machine without
-NVML or without GPUs (one note, no error)."""
+"""The NVML seam: what a GPU reading becomes, unsupported queries, a machine without NVML or
+without GPUs (one note, no error), and GPM's SM activity where the GPU has it."""
 
 from __future__ import annotations
 
 import pytest
-from fake_nvml import FakeNvml
+from fake_nvml import FakeNvml, tick_clock
 from watch_helpers import load
 
 from tuneup.watch.nvml import open_gpus
@@ -63,3 +63,73 @@ def test_this_machine_answers_with_a_note_or_a_reader():
     assert (reader is None) != (note is None)
     if reader is not None:
         reader.close()
+
+
+# -- GPM: SM activity, occupancy and tensor activity (Hopper and newer) -------------------
+def test_gpm_gives_sm_and_tensor_activity_between_two_reads(monkeypatch):
+    tick_clock(monkeypatch)
+    nvml = FakeNvml(load("host-bound-h100"))
+    reader, _ = open_gpus(nvml)
+    nvml.advance()
+    (first,) = reader.read(())
+    assert first.utilization == 99 and first.uuid.startswith("GPU-5c6e")
+    assert first.sm_activity is first.sm_occupancy is first.tensor_activity is None  # one sample
+    nvml.advance()
+    (second,) = reader.read(())
+    tick = nvml.ticks[1][0]
+    assert (second.sm_activity, second.sm_occupancy, second.tensor_activity) == (
+        tick["sm_active"], tick["sm_occupancy"], tick["tensor_active"])
+    assert len(nvml.gpm_samples) == 2
+    reader.close()
+    assert nvml.gpm_samples == [] and nvml.shut_down  # the sample buffers are freed
+
+
+def test_reads_within_gpm_s_100_ms_share_the_last_figures(monkeypatch):
+    """The daemon reads the GPUs once per job in a tick: one GPM sample serves them all."""
+    tick_clock(monkeypatch, seconds=0.03)
+    nvml = FakeNvml(load("host-bound-h100"))
+    reader, _ = open_gpus(nvml)
+    nvml.advance()
+    reader.read(())  # t = 0: the first sample
+    nvml.advance()
+    reader.read(())  # t = 0.03: too soon, no sample taken
+    for _ in range(3):
+        reader.read(())  # up to t = 0.12: the second sample, compared with the first
+    assert nvml.gpm_calls == 1
+    assert reader.read(())[0].sm_activity == nvml.ticks[1][0]["sm_active"]
+    assert nvml.gpm_calls == 1
+
+
+def test_a_gpu_without_gpm_leaves_its_figures_unknown(monkeypatch):
+    tick_clock(monkeypatch)
+    recording = load("host-bound-h100")
+    recording["devices"][0]["gpm"] = False
+    nvml = FakeNvml(recording)
+    reader, _ = open_gpus(nvml)
+    for _ in range(3):
+        nvml.advance()
+        (gpu,) = reader.read(())
+    assert gpu.utilization == 99 and gpu.sm_activity is None and gpu.tensor_activity is None
+    assert nvml.gpm_samples == [] and nvml.gpm_calls == 0
+
+
+def test_an_nvml_module_without_gpm_leaves_its_figures_unknown(monkeypatch):
+    tick_clock(monkeypatch)
+    monkeypatch.delattr(FakeNvml, "nvmlGpmQueryDeviceSupport")  # an older nvidia-ml-py
+    nvml = FakeNvml(load("host-bound-h100"))
+    reader, note = open_gpus(nvml)
+    for _ in range(2):
+        nvml.advance()
+        (gpu,) = reader.read(())
+    assert note is None and gpu.utilization == 98 and gpu.sm_activity is None
+
+
+def test_gpm_that_fails_once_is_turned_off_for_that_gpu(monkeypatch):
+    tick_clock(monkeypatch)
+    nvml = FakeNvml(load("host-bound-h100"), gpm_error="GPU is lost")
+    reader, _ = open_gpus(nvml)
+    for _ in range(4):
+        nvml.advance()
+        (gpu,) = reader.read(())
+    assert gpu.utilization is not None and gpu.sm_activity is None
+    assert nvml.gpm_calls == 1 and nvml.gpm_samples == []  # tried once, then freed

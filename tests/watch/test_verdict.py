@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from fake_nvml import FakeNvml, NVMLError, tick_clock
 from watch_helpers import RECORDINGS, load, replay
 
 from tuneup.watch.samples import (MAIN, WORKER, HostSample, ProcessSample, RuntimeSample,
@@ -15,6 +16,12 @@ from tuneup.watch.verdict import RULES, Figures, decide, reduce
 KINDS = {"input-bound", "host-bound", "copy-bound", "compute-bound", "throttled",
          "cpu-oversubscribed", "memory-pressure", "idle"}
 NAMES = sorted(path.stem for path in RECORDINGS.glob("*.json"))
+
+
+@pytest.fixture(autouse=True)
+def _ticks_a_second_apart(monkeypatch):
+    """Recordings replay at once; their ticks were a second apart (GPM needs 100 ms)."""
+    tick_clock(monkeypatch)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -171,3 +178,55 @@ def test_the_loading_share_is_over_all_the_windows_stacks():
     window[1] = dataclasses.replace(window[1], stacks=StackCounts(0, 300))
     assert reduce(window).loading_share == pytest.approx(30 / 400)
     assert reduce(cpu_window(99.0, [])).loading_share is None
+
+
+# -- SM activity (GPM) against NVML's utilisation -----------------------------------------
+def test_a_gpu_99_percent_utilised_but_30_percent_sm_active_is_host_bound():
+    verdict = decide(reduce(replay(load("host-bound-h100"))))
+    assert verdict.kind == "host-bound"
+    assert verdict.evidence["gpu_basis"] == "sm_activity"
+    assert verdict.evidence["sm_activity"] == pytest.approx(30, abs=1)
+    assert verdict.evidence["gpu_utilization"] >= 98
+    assert verdict.reason.startswith("the GPU's SMs are busy only 30 % of the time (SM activity")
+    assert "not available" not in verdict.reason
+
+
+def test_busy_sms_are_compute_bound():
+    recording = load("host-bound-h100")
+    for tick in recording["ticks"]:
+        tick[0]["sm_active"] = 88
+    verdict = decide(reduce(replay(recording)))
+    assert verdict.kind == "compute-bound" and verdict.evidence["gpu_basis"] == "sm_activity"
+    assert verdict.reason == "the GPU's SMs are busy 88 % of the time (SM activity)"
+
+
+def test_without_gpm_utilisation_decides_and_the_reason_says_so():
+    recording = load("host-bound-h100")
+    recording["devices"][0]["gpm"] = False
+    verdict = decide(reduce(replay(recording)))
+    assert verdict.kind == "compute-bound" and verdict.evidence["gpu_basis"] == "utilization"
+    assert verdict.evidence["sm_activity"] is None
+    assert verdict.reason.endswith(
+        "; NVML utilisation (a kernel ran), SM activity not available on this GPU")
+    a100 = decide(reduce(replay(load("host-bound"))))
+    assert a100.kind == "host-bound" and a100.evidence["gpu_basis"] == "utilization"
+    assert "SM activity not available on this GPU" in a100.reason
+
+
+def test_gpm_that_raises_falls_back_to_utilisation(monkeypatch):
+    def lost(self, request):
+        raise NVMLError("GPU is lost")
+
+    monkeypatch.setattr(FakeNvml, "nvmlGpmMetricsGet", lost)
+    verdict = decide(reduce(replay(load("host-bound-h100"))))
+    assert verdict.kind == "compute-bound" and verdict.evidence["gpu_basis"] == "utilization"
+
+
+def test_sm_activity_counts_only_when_every_gpu_gives_it():
+    recording = load("host-bound-h100")
+    h100 = recording["devices"][0]
+    recording["devices"] = [h100, {**h100, "gpm": False, "uuid": "GPU-other"}]
+    recording["ticks"] = [[tick[0], {**tick[0], "processes": [[5200, 2**30]]}]
+                          for tick in recording["ticks"]]
+    figures = reduce(replay(recording))
+    assert figures.gpus == 2 and figures.sm_activity is None

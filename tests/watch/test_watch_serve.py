@@ -1,6 +1,7 @@
 """``--serve HOST:PORT``: the latest samples scraped over HTTP in Prometheus' text format,
-from a watched job and from the daemon (GPU figures through the fake NVML), and the one-line
-errors: no prometheus-client, a bad address, a port already taken."""
+from a watched job and from the daemon (GPU figures through the fake NVML, under the DCGM
+exporter's names and units), and the one-line errors: no prometheus-client, a bad address,
+a port already taken."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ import urllib.request
 
 import pytest
 from click.testing import CliRunner
-from fake_nvml import FakeNvml
+from fake_nvml import FakeNvml, tick_clock
+from watch_helpers import load
 
 from tuneup.cli import main
 from tuneup.errors import EXIT_USAGE
@@ -107,7 +109,28 @@ def test_a_watched_job_s_samples_are_scraped(tmp_path):
     assert value(metrics, "tuneup_watch_job_rss_bytes", pid=pid) > 1 << 20
     assert value(metrics, "tuneup_watch_host_usable_cores") >= 1
     assert value(metrics, "tuneup_watch_host_memory_total_bytes") > 0
-    assert value(metrics, "tuneup_watch_gpu_utilization_percent") is None  # no GPU here
+    assert value(metrics, "DCGM_FI_DEV_GPU_UTIL") is None  # no GPU here
+
+
+def serve_daemon(tmp_path, recording: dict, pid: int) -> dict:
+    """A daemon that watches ``pid`` with ``recording`` for its GPUs: a scrape after 3 ticks."""
+    nvml = FakeNvml(recording)
+    daemon = Daemon(StateDir(tmp_path / "state"), 0.1, serve="127.0.0.1:0",
+                    finder=Finder(list_pids=lambda: [pid]), nvml=nvml)
+    try:
+        assert daemon.serve_url.startswith("http://127.0.0.1:")
+        assert value(scrape(daemon.serve_url), "tuneup_watch_jobs") == 0
+        for _ in range(3):
+            nvml.advance()
+            daemon.tick()
+            time.sleep(0.05)
+        metrics = scrape(daemon.serve_url)
+    finally:
+        daemon.close()
+    assert (daemon.state.read_status() or {})["serve"] == daemon.serve_url
+    with pytest.raises(OSError):  # closed with the daemon
+        scrape(daemon.serve_url)
+    return metrics
 
 
 @needs_client
@@ -116,42 +139,58 @@ def test_the_daemon_serves_every_job_and_the_gpus(tmp_path):
     try:
         recording = {"devices": [{"name": "NVIDIA A100-PCIE-40GB", "max_sm_clock": 1410,
                                   "pcie_gen": 4, "pcie_width": 16, "power_limit_mw": 250000,
-                                  "memory_total": 40 << 30}],
+                                  "memory_total": 40 << 30, "uuid": "GPU-a100"}],
                      "ticks": [[{"util": 55, "memory_used": 30 << 30, "power_mw": 240000,
                                  "sm_clock": 1100, "reasons": 4, "rx_kbs": 1000, "tx_kbs": 100,
                                  "temp": 83, "processes": [[job.pid, 20 << 30]]}]] * 3}
-        nvml = FakeNvml(recording)
-        daemon = Daemon(StateDir(tmp_path / "state"), 0.1, serve="127.0.0.1:0",
-                        finder=Finder(list_pids=lambda: [job.pid]), nvml=nvml)
-        try:
-            assert daemon.serve_url.startswith("http://127.0.0.1:")
-            assert value(scrape(daemon.serve_url), "tuneup_watch_jobs") == 0
-            for _ in range(3):
-                nvml.advance()
-                daemon.tick()
-                time.sleep(0.05)
-            metrics = scrape(daemon.serve_url)
-        finally:
-            daemon.close()
-        assert (daemon.state.read_status() or {})["serve"] == daemon.serve_url
+        metrics = serve_daemon(tmp_path, recording, job.pid)
     finally:
         job.kill()
         job.wait()
-    gpu = {"gpu": "0", "name": "NVIDIA A100-PCIE-40GB"}
+    gpu = {"gpu": "0", "UUID": "GPU-a100", "modelName": "NVIDIA A100-PCIE-40GB"}
     assert value(metrics, "tuneup_watch_jobs") == 1
-    assert value(metrics, "tuneup_watch_gpu_utilization_percent", **gpu) == 55
-    assert value(metrics, "tuneup_watch_gpu_memory_used_bytes", **gpu) == 30 << 30
-    assert value(metrics, "tuneup_watch_gpu_power_watts", **gpu) == 240
-    assert value(metrics, "tuneup_watch_gpu_sm_clock_mhz", **gpu) == 1100
-    assert value(metrics, "tuneup_watch_gpu_temperature_celsius", **gpu) == 83
-    assert value(metrics, "tuneup_watch_gpu_pcie_rx_bytes_per_second", **gpu) == 1000 * 1024
+    assert value(metrics, "DCGM_FI_DEV_GPU_UTIL", **gpu) == 55
+    assert value(metrics, "DCGM_FI_DEV_FB_USED", **gpu) == 30 * 1024  # MiB, as DCGM's
+    assert value(metrics, "DCGM_FI_DEV_FB_FREE", **gpu) == 10 * 1024
+    assert value(metrics, "DCGM_FI_DEV_FB_TOTAL", **gpu) == 40 * 1024
+    assert value(metrics, "DCGM_FI_DEV_POWER_USAGE", **gpu) == 240
+    assert value(metrics, "DCGM_FI_DEV_ENFORCED_POWER_LIMIT", **gpu) == 250
+    assert value(metrics, "DCGM_FI_DEV_SM_CLOCK", **gpu) == 1100
+    assert value(metrics, "DCGM_FI_DEV_MAX_SM_CLOCK", **gpu) == 1410
+    assert value(metrics, "DCGM_FI_DEV_GPU_TEMP", **gpu) == 83
+    assert value(metrics, "DCGM_FI_PROF_PCIE_RX_BYTES", **gpu) == 1000 * 1024
+    assert value(metrics, "DCGM_FI_PROF_PCIE_TX_BYTES", **gpu) == 100 * 1024
+    assert value(metrics, "DCGM_FI_PROF_SM_ACTIVE") is None  # no GPM before Hopper
     assert value(metrics, "tuneup_watch_gpu_throttle_reason", gpu="0", reason="SwPowerCap") == 1
+    tuneup_gpu = {name for name, _ in metrics if name.startswith("tuneup_watch_gpu_")}
+    assert tuneup_gpu == {"tuneup_watch_gpu_throttle_reason"}  # DCGM's names, not two of each
     assert value(metrics, "tuneup_watch_job_gpu_memory_bytes", pid=str(job.pid),
                  gpu="0") == 20 << 30
     assert value(metrics, "tuneup_watch_verdict", pid=str(job.pid), kind="throttled") == 1
     assert value(metrics, "tuneup_watch_steps_total") is None  # no feed: no runtime counters
-    with pytest.raises(OSError):  # closed with the daemon
-        scrape(daemon.serve_url)
+
+
+@needs_client
+def test_gpm_figures_are_served_as_dcgm_s_profiling_ratios(tmp_path, monkeypatch):
+    tick_clock(monkeypatch)
+    job = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        recording = load("host-bound-h100")
+        for tick in recording["ticks"]:
+            tick[0]["processes"] = [[job.pid, 18 << 30]]
+        metrics = serve_daemon(tmp_path, recording, job.pid)
+    finally:
+        job.kill()
+        job.wait()
+    device, last = recording["devices"][0], recording["ticks"][2][0]
+    gpu = {"gpu": "0", "UUID": device["uuid"], "modelName": device["name"]}
+    assert value(metrics, "DCGM_FI_DEV_GPU_UTIL", **gpu) == last["util"]
+    assert value(metrics, "DCGM_FI_PROF_SM_ACTIVE", **gpu) == pytest.approx(
+        last["sm_active"] / 100)
+    assert value(metrics, "DCGM_FI_PROF_SM_OCCUPANCY", **gpu) == pytest.approx(
+        last["sm_occupancy"] / 100)
+    assert value(metrics, "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", **gpu) == pytest.approx(
+        last["tensor_active"] / 100)
 
 
 def test_without_prometheus_client_serve_is_one_line_naming_the_extra(monkeypatch):

@@ -15,19 +15,16 @@ import contextlib
 import copy
 import ctypes
 import functools
-import importlib.util
 import io
 import json
 import math
 import os
 import pickle
-import platform
-import shutil
 import signal
 import sys
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -35,10 +32,16 @@ import psutil
 import torch
 
 from tuneup.autotune import protocol
-from tuneup.files import write_atomic
-from tuneup.machine import probe
+from tuneup.autotune.child_facts import (
+    amp_dtypes_here,
+    compile_available,
+    save_atomically,
+    torch_default_threads,
+    usable_cores,
+)
+from tuneup.autotune.trainer_trial import TrainerTrial
 from tuneup.runtime import apply, distributed, hooks, malloc_thresholds
-from tuneup.settings import AMP_DTYPES, Knobs
+from tuneup.settings import Knobs
 
 if TYPE_CHECKING:
     from tuneup.runtime.loader import TunedLoader
@@ -123,6 +126,7 @@ class TrialSession(hooks.Observer):
         self.check_losses: list[float] = []
         self.empty_loader = False  # the last loader iterated before training yielded nothing
         self.loaders_created = 0
+        self.trainer: TrainerTrial | None = None  # a trainer's one trial in this process
         self.threads_at_install = torch.get_num_threads()
         self.script_threads: int | None = None  # the script's own set_num_threads, before training
         _watch_thread_calls(self)
@@ -175,6 +179,26 @@ class TrialSession(hooks.Observer):
         if self.phase == "check":
             self.check_losses.append(float(self.step_loss))
             self.step_loss = 0.0
+
+    def trainer_knobs(self, run: hooks.TrainerRun, knobs: Knobs) -> Knobs:
+        """A trainer that owns its loop runs the plan's first trial, one trial a process
+        (:mod:`tuneup.autotune.trainer_trial`): its knobs, whatever a settings file says."""
+        if self.trainer is None:
+            self.trainer = TrainerTrial(self, run)
+        return self.trainer.knobs
+
+    def trainer_ready(self, run: hooks.TrainerRun) -> None:
+        if self.trainer is not None and not self.started:
+            self.trainer.ready()
+
+    def trainer_step(self, run: hooks.TrainerRun, loss: Any) -> None:
+        if self.trainer is not None:
+            self.trainer.step(loss)
+
+    def parent_gone(self) -> bool:
+        """``tuneup autotune`` (or the process between it and this one) is gone."""
+        return self.plan.parent_pid is not None and _parent_gone(self.plan.parent_pid,
+                                                                 self.direct_parent)
 
     def batches(self, loader: TunedLoader, source: Iterator[Any]) -> Iterator[Any]:
         if self.loader is None:
@@ -257,26 +281,19 @@ class TrialSession(hooks.Observer):
 
     def _hello(self) -> None:
         loop, loader = self.loop, self.loader
-        bf16 = loop.device.type != "cuda" or torch.cuda.is_bf16_supported()
-        reasons = {**loader.fixed_reasons, **self._script_pins(), **self._other_loops()}
+        reasons = {**loader.fixed_reasons, **self.script_pins(), **self._other_loops()}
         fixed = sorted(reasons)
-        dtypes = [d for d in AMP_DTYPES if apply.amp_problem(d, loop.device.type, bf16) is None]
+        dtypes = amp_dtypes_here(loop.device.type, reasons)
         if self.malloc_problem is not None:
             reasons["fixed_malloc_thresholds"] = self.malloc_problem
-        if "bfloat16" in dtypes and loop.device.type == "cpu":
-            slowdown = cpu_bfloat16_slowdown()
-            if slowdown > SLOW_BFLOAT16:
-                dtypes.remove("bfloat16")
-                reasons["amp_dtype"] = (f"this CPU has no fast bfloat16 (a matmul under bfloat16 "
-                                        f"autocast measured {slowdown:.0f}x slower than float32)")
         self.emit({
             "event": protocol.EVENT_HELLO, "protocol": protocol.PROTOCOL, "pid": os.getpid(),
             "device": loop.device.type, "effective_batch": loader.dataloader.batch_size,
             "dataset_size": _length(loader.dataset), "amp_dtypes": dtypes,
-            "compile_available": _compile_available(loop.device),
+            "compile_available": compile_available(loop.device),
             "every_trial": {} if self.malloc_problem else {"fixed_malloc_thresholds": True},
             "cpu_threads": self.defaults.cpu_threads,
-            "usable_cores": max(1, _usable_cores() // (distributed.local_world_size()
+            "usable_cores": max(1, usable_cores() // (distributed.local_world_size()
                                                        if self.plan.ranks > 1 else 1)),
             "ranks": _world_size(),
             "fixed_knobs": fixed,
@@ -295,7 +312,7 @@ class TrialSession(hooks.Observer):
                "only the first: knobs that change a model are not tuned")
         return {name: why for name in ("amp_dtype", "compile_mode", "micro_batch_size")}
 
-    def _script_pins(self) -> dict[str, str]:
+    def script_pins(self) -> dict[str, str]:
         """Process-wide knobs the script set itself, each with how it was seen: the user's
         decision, never tuned (a settings file would override it in the run)."""
         pins: dict[str, str] = {}
@@ -328,8 +345,8 @@ class TrialSession(hooks.Observer):
                     self.loader.dataset, **self.loader.dataloader_kwargs(Knobs()))
                 batches = [batch for batch, _ in zip(plain, range(self.plan.check_steps))]
                 del plain
-            _save_atomically(batches, batches_path)
-            _save_atomically({**_loop_state(loop),
+            save_atomically(batches, batches_path)
+            save_atomically({**_loop_state(loop),
                               "others": [_loop_state(other) for other in self.loops[1:]]},
                              state_path)
         self.reference = torch.load(state_path, map_location="cpu", weights_only=True)
@@ -395,7 +412,7 @@ class TrialSession(hooks.Observer):
         if self.plan.parent_pid is not None and _parent_gone(self.plan.parent_pid,
                                                              self.direct_parent):
             self.exit_reason = "parent-died"
-            self._exit(protocol.EXIT_TRIAL_FAILED)
+            self.exit(protocol.EXIT_TRIAL_FAILED)
         if self.loop.device.type == "cpu":
             self.peak_rss = max(self.peak_rss, self.process.memory_info().rss)
         if self.plan.waits_for_next_plan and self.plan.next_plan.exists():
@@ -490,7 +507,7 @@ class TrialSession(hooks.Observer):
     def _plan_done(self) -> None:
         self.emit({"event": protocol.EVENT_DONE})
         if not self.plan.waits_for_next_plan:
-            self._exit(protocol.EXIT_DONE)
+            self.exit(protocol.EXIT_DONE)
         self._next_plan()
 
     def _next_plan(self) -> None:
@@ -506,7 +523,7 @@ class TrialSession(hooks.Observer):
             if self.plan.parent_pid is not None and _parent_gone(self.plan.parent_pid,
                                                                  self.direct_parent):
                 self.exit_reason = "parent-died"
-                self._exit(protocol.EXIT_TRIAL_FAILED)
+                self.exit(protocol.EXIT_TRIAL_FAILED)
             time.sleep(PLAN_POLL_S)
         self.plan = read_plan(path)
         self.out.close()
@@ -522,7 +539,7 @@ class TrialSession(hooks.Observer):
         """Record ``exc`` as the running trial's failure and end the process (exit code 3)."""
         traceback.print_exception(exc, file=sys.stderr)
         self._record_failure(exc)
-        self._exit(protocol.EXIT_TRIAL_FAILED)
+        self.exit(protocol.EXIT_TRIAL_FAILED)
 
     def _record_failure(self, exc: BaseException) -> None:
         message = apply.one_line(exc)
@@ -561,9 +578,13 @@ class TrialSession(hooks.Observer):
     def _not_started_reason(self) -> str:
         """What is missing, by what the runtime saw: said as the headline, so it must not
         name a wrapper the script did call."""
+        if self.trainer is not None:
+            return ("the trainer never started training after tuned_trainer / "
+                    "tuned_trainer_kwargs (does the script call train() / fit()?)")
         if self.loop is None:
             also = "" if self.loaders_created else " (nor tuned_loader)"
-            return f"the script never called tuned_loop(model, optimizer){also}"
+            return (f"the script never called tuned_loop(model, optimizer){also}, nor "
+                    f"tuned_trainer / tuned_trainer_kwargs for a Trainer")
         if not self.loaders_created:
             return "the script never called tuned_loader(dataset, ..., loop=loop)"
         if self.empty_loader:
@@ -578,7 +599,7 @@ class TrialSession(hooks.Observer):
         self.out.write(json.dumps(event) + "\n")
         self.out.flush()
 
-    def _exit(self, code: int) -> NoReturn:
+    def exit(self, code: int) -> NoReturn:
         self.finished = True
         self.out.flush()
         os.fsync(self.out.fileno())
@@ -588,7 +609,6 @@ class TrialSession(hooks.Observer):
 
 _END = object()
 PLAN_POLL_S = 0.01  # how often an idle child looks for its next plan
-SLOW_BFLOAT16 = 3.0  # bfloat16 this many times slower than float32: not worth a trial
 
 
 def _watch_thread_calls(session: TrialSession) -> None:
@@ -606,35 +626,9 @@ def _watch_thread_calls(session: TrialSession) -> None:
     torch.set_num_threads = set_num_threads
 
 
-def torch_default_threads(environ: dict[str, str] | None = None) -> int | None:
-    """The intra-op thread count torch starts with (ATen's ``intraop_default_num_threads``):
-    ``MKL_NUM_THREADS`` or ``OMP_NUM_THREADS``, else the physical cores where fewer than the
-    logical ones (x86), else the logical ones; None when the cores cannot be counted."""
-    environ = os.environ if environ is None else environ
-    for name in ("MKL_NUM_THREADS", "OMP_NUM_THREADS"):
-        with contextlib.suppress(ValueError):
-            if int(environ.get(name, "0")) > 0:
-                return int(environ[name])
-    logical = psutil.cpu_count(logical=True)
-    physical = psutil.cpu_count(logical=False)
-    if physical and logical and physical < logical and _x86():
-        return physical
-    return logical
-
-
-def _x86() -> bool:
-    return platform.machine().lower() in ("x86_64", "amd64", "i686", "x86")
-
-
 def _loop_state(loop: TunedLoop) -> dict[str, Any]:
     return {"model": loop.eager_model.state_dict(), "optimizer": loop.optimizer.state_dict(),
             "scheduler": loop.scheduler.state_dict() if loop.scheduler else None}
-
-
-def _save_atomically(value: Any, path: Path) -> None:
-    buffer = io.BytesIO()
-    torch.save(value, buffer)
-    write_atomic(path, buffer.getvalue())
 
 
 def _length(dataset: Any) -> int | None:
@@ -649,54 +643,3 @@ def _world_size() -> int:
     import torch.distributed as dist
 
     return dist.get_world_size() if distributed.initialised() else 1
-
-
-def _usable_cores() -> int:
-    """Whole cores the trials may use: the probe's affinity mask capped by the cgroup quota."""
-    cores = probe.probe_cpu().usable_cores
-    return max(1, int(cores)) if cores else (os.cpu_count() or 1)
-
-
-def cpu_bfloat16_slowdown(size: int = 256) -> float:
-    """How many times slower a matmul runs under bfloat16 autocast than in float32 here.
-
-    CPUs without native bfloat16 (no AVX512-BF16 / AMX / ARM BF16) emulate it, tens of
-    times slower: measured, not guessed from flags. About 10 ms where bfloat16 is native.
-    """
-    a, b = torch.randn(size, size), torch.randn(size, size)
-
-    def best_of(repeats: int, dtype: torch.dtype | None) -> float:
-        times = []
-        for _ in range(repeats):
-            started = time.perf_counter()
-            with torch.autocast("cpu", dtype=dtype or torch.bfloat16, enabled=dtype is not None):
-                a @ b
-            times.append(time.perf_counter() - started)
-        return min(times)
-
-    best_of(1, torch.bfloat16)  # first-call set-up
-    # float32 is the quick one: more tries, so a busy machine cannot inflate its best
-    return least_slowdown(lambda: best_of(3, torch.bfloat16) / max(best_of(20, None), 1e-6))
-
-
-def least_slowdown(measure: Callable[[], float], rounds: int = 5) -> float:
-    """The smallest of up to ``rounds`` measured slowdowns, stopping at the first within
-    :data:`SLOW_BFLOAT16`. A slow verdict takes bfloat16 out of the search, where it can be
-    the largest gain (2x on docs/examples/train_images.py), so it must hold in every round:
-    in a tuning child on a CPU with AVX512-BF16 one round once measured 116x, where 0.6-0.9x
-    is usual. Where bfloat16 is emulated the rounds cost ~0.2 s more."""
-    slowdowns = []
-    for _ in range(rounds):
-        slowdowns.append(measure())
-        if slowdowns[-1] <= SLOW_BFLOAT16:
-            break
-    return min(slowdowns)
-
-
-def _compile_available(device: torch.device) -> bool:
-    """torch.compile can work here: dynamo supports this Python and the backend has its tools."""
-    if not torch._dynamo.is_dynamo_supported():
-        return False
-    if device.type == "cuda":
-        return importlib.util.find_spec("triton") is not None
-    return any(shutil.which(name) for name in ("c++", "g++", "clang++"))

@@ -40,6 +40,8 @@ if TYPE_CHECKING:
 
     from tuneup.settings import Knobs
 
+# what a script built on a trainer calls instead (docs/integrations.md)
+TRAINERS = "for a Trainer: tuned_trainer or tuned_trainer_kwargs"
 WORKDIR_PREFIX = "tuneup-autotune-"  # + the owning pid: stale ones are swept
 POLL_S = 0.05
 MEMORY_POLL_S = 0.25
@@ -580,10 +582,10 @@ class Runner:
             message = f"{self.script.name}: {why} — see docs/autotune.md"
         elif failed:
             message = (f"{self.script.name} failed ({process.exit_description()}) and never "
-                       "called tuned_loop or tuned_loader: fix that first")
+                       f"called tuned_loop or tuned_loader ({TRAINERS}): fix that first")
         else:
-            message = (f"{self.script.name} never called tuned_loop or tuned_loader — see "
-                       "docs/autotune.md")
+            message = (f"{self.script.name} never called tuned_loop or tuned_loader ({TRAINERS})"
+                       " — see docs/autotune.md")
         tail = process.stderr_tail()
         if failed and tail:
             indented = "\n".join("  " + line for line in tail.splitlines())

@@ -32,6 +32,7 @@ class ScriptFacts:
     fixed_knobs: tuple[str, ...] = ()  # knobs the tuner must leave alone
     fixed_reasons: tuple[tuple[str, str], ...] = ()  # (knob, why), for the result's notes
     shuffles: bool = True  # the loader's order depends on a random generator
+    trials_per_process: int | None = None  # a trainer runs one (None: as many as a plan has)
 
     @classmethod
     def from_hello(cls, event: dict[str, Any]) -> ScriptFacts:
@@ -52,6 +53,7 @@ class ScriptFacts:
             fixed_knobs=tuple(str(k) for k in event.get("fixed_knobs") or ()),
             fixed_reasons=tuple((str(k), str(v)) for k, v in reasons.items()),
             shuffles=event.get("shuffles") is not False,
+            trials_per_process=_positive_int(event.get("trials_per_process")),
         )
 
     @property

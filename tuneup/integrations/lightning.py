@@ -5,7 +5,7 @@ loader knobs are applied by a callback, the way Lightning's own tuner works: as 
 requests the training loaders, before it iterates them, the callback rebuilds each plain
 ``DataLoader`` with the same dataset, sampler and batch sampler objects, batch size,
 ``collate_fn`` and generator, changing only workers, pinning and prefetch. Precision is a
-Trainer argument. Not applied: ``compile_mode`` (compile your module before ``fit``) and
+Trainer argument; ``compile_mode`` compiles the module's parts at ``fit``. Not applied:
 ``micro_batch_size`` (see :func:`tuned_trainer_kwargs`).
 """
 
@@ -45,45 +45,66 @@ def tuned_trainer_kwargs(**kwargs: Any) -> dict[str, Any]:
 
     Adds ``precision`` ("bf16-mixed" / "16-mixed") from ``amp_dtype`` unless you pass one,
     and a :class:`TunedLoaders` callback after your own ``callbacks`` that sets threads,
-    cuDNN and matmul precision at ``fit`` and the loader knobs on the training loaders. The
-    data order, batch size and number of steps are those of your loaders. Without a
-    settings file ``kwargs`` come back unchanged.
+    cuDNN and matmul precision at ``fit``, compiles the LightningModule's submodules with
+    ``compile_mode``, and sets the loader knobs on the training loaders. The data order,
+    batch size and number of steps are those of your loaders. Without a settings file
+    ``kwargs`` come back unchanged. Under ``tuneup autotune`` the callback also reports the
+    trainer's steps, which the trials time.
 
-    Not applied, with one warning each: ``compile_mode`` (``torch.compile`` your
-    LightningModule before ``fit``) and ``micro_batch_size`` (Lightning accumulates whole
-    loader batches, so a micro-batch would need a smaller loader batch, and every argument
-    that counts batches — ``val_check_interval``, ``log_every_n_steps``, ``limit_*`` — would
+    Not applied, with one warning: ``micro_batch_size`` (Lightning accumulates whole loader
+    batches, so a micro-batch would need a smaller loader batch, and every argument that
+    counts batches — ``val_check_interval``, ``log_every_n_steps``, ``limit_*`` — would
     count other batches).
 
     Example:
         >>> trainer = L.Trainer(**tuned_trainer_kwargs(max_epochs=3, accelerator="auto"))
     """
-    knobs = apply.settings_knobs()
-    if not knobs.changed():
+    from tuneup.runtime import hooks
+
+    hooks.install_from_environment()
+    observer = hooks.current()
+    run = hooks.TrainerRun("lightning", device_type=_device_type(kwargs),
+                           fixed_reasons=_fixed_reasons(kwargs))
+    knobs = observer.trainer_knobs(run, apply.settings_knobs())
+    observed = observer is not hooks.NOBODY
+    if not knobs.changed() and not observed:
         return kwargs
     tuned = dict(kwargs)
     spelled = knobs_as.as_lightning(knobs)
     if "precision" in spelled.arguments:
+        problem = _amp_problem(knobs.amp_dtype, run.device_type)
         if "precision" in kwargs:
+            run.unapplied["amp_dtype"] = f"you set precision={kwargs['precision']!r}"
             store.warn(f"kept your precision={kwargs['precision']!r} over the settings file's "
                        f"amp_dtype {knobs.amp_dtype} (values you set are never overridden)")
+        elif problem is None:
+            tuned["precision"] = spelled.arguments["precision"]
         else:
-            device_type = _device_type(kwargs)
-            bf16 = device_type != "cuda" or torch.cuda.is_bf16_supported()
-            problem = apply.amp_problem(knobs.amp_dtype, device_type, bf16)
-            if problem is None:
-                tuned["precision"] = spelled.arguments["precision"]
-            else:
-                store.warn(f"amp_dtype {knobs.amp_dtype} ignored: {problem}; training in float32")
-    if knobs.compile_mode is not None:
-        store.warn(f"compile_mode={knobs.compile_mode!r} from the settings is not applied by "
-                   f"tuned_trainer_kwargs: pass torch.compile(model, mode="
-                   f"{knobs.compile_mode!r}) to trainer.fit")
+            run.unapplied["amp_dtype"] = problem
+            store.warn(f"amp_dtype {knobs.amp_dtype} ignored: {problem}; training in float32")
     if "micro_batch_size" in spelled.left_out:
+        run.unapplied["micro_batch_size"] = spelled.left_out["micro_batch_size"]
         store.warn(f"micro_batch_size={knobs.micro_batch_size} from the settings is not applied: "
                    f"{spelled.left_out['micro_batch_size']}; training on whole batches")
-    tuned["callbacks"] = [*(kwargs.get("callbacks") or []), TunedLoaders(knobs)]
+    tuned["callbacks"] = [*(kwargs.get("callbacks") or []),
+                          TunedLoaders(knobs, run, observer if observed else None)]
     return tuned
+
+
+def _fixed_reasons(kwargs: dict[str, Any]) -> dict[str, str]:
+    """The knobs the user's Trainer arguments decide, or that Lightning cannot take."""
+    reasons = {"micro_batch_size": knobs_as.as_lightning(Knobs(micro_batch_size=1))
+               .left_out["micro_batch_size"]}
+    if "precision" in kwargs:
+        reasons["amp_dtype"] = f"you set precision={kwargs['precision']!r}"
+    if _device_type(kwargs) != "cuda":
+        reasons["pin_memory"] = "batches stay on the CPU"
+    return reasons
+
+
+def _amp_problem(dtype: str | None, device_type: str) -> str | None:
+    bf16 = device_type != "cuda" or torch.cuda.is_bf16_supported()
+    return apply.amp_problem(dtype, device_type, bf16) if dtype else None
 
 
 def _device_type(kwargs: dict[str, Any]) -> str:
@@ -108,14 +129,25 @@ class TunedLoaders(pl.Callback):
     shuffle (PyTorch's seeded shuffle order changes with them from the second epoch).
     """
 
-    def __init__(self, knobs: Knobs) -> None:
+    def __init__(self, knobs: Knobs, run: Any = None, observer: Any = None) -> None:
         self.knobs = knobs
+        self.run = run  # the trainer as an observer sees it (hooks.TrainerRun)
+        self.observer = observer  # told of training's start and each step (autotune)
+        self.step_losses: list[Any] = []
+        self.global_step = 0
+        self.accumulate = 1  # the trainer's accumulate_grad_batches, read at setup
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if stage != "fit":
             return
         apply.apply_process_knobs(self.knobs)
-        if not self.knobs.loader_kwargs():
+        self.accumulate = trainer.accumulate_grad_batches
+        if self.knobs.compile_mode is not None:
+            _compile_parts(pl_module, self.knobs.compile_mode, self.run)
+        if self.observer is not None:
+            self.run.model = pl_module
+            self.observer.trainer_ready(self.run)  # before Lightning draws its first order
+        if not self.knobs.loader_kwargs() and self.observer is None:
             return
         source = getattr(trainer.fit_loop, "_data_source", None)
         if not (callable(getattr(source, "dataloader", None)) and hasattr(source, "__dict__")):
@@ -132,6 +164,22 @@ class TunedLoaders(pl.Callback):
 
         source.dataloader = tuned  # this fit's source only; teardown puts the method back
 
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
+                           outputs: Any, batch: Any, batch_idx: int) -> None:
+        """An optimizer step is done when ``global_step`` moved (after every
+        ``accumulate_grad_batches`` batches): its loss is the mean of its batches'."""
+        if self.observer is None:
+            return
+        loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
+        if isinstance(loss, torch.Tensor):
+            self.step_losses.append(loss.detach())
+        if trainer.global_step == self.global_step:
+            return
+        self.global_step = trainer.global_step
+        losses, self.step_losses = self.step_losses, []
+        self.observer.trainer_step(self.run, sum(losses[1:], losses[0]) / len(losses)
+                                   if losses else None)
+
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if stage == "fit":
             vars(trainer.fit_loop._data_source).pop("dataloader", None)
@@ -143,9 +191,25 @@ class TunedLoaders(pl.Callback):
 
         combined = (loaders if isinstance(loaders, CombinedLoader)
                     else CombinedLoader(loaders, "max_size_cycle"))
+        if self.run is not None and combined.flattened:
+            self._describe(combined.flattened[0])
         combined.flattened = [self._rebuilt(loader, device, reloads)
                               for loader in combined.flattened]
         return combined
+
+    def _describe(self, loader: Any) -> None:
+        """What observers learn only from the loader: batch, dataset size, and the loader
+        values the user set (never tuned)."""
+        run, trainer_batch = self.run, getattr(loader, "batch_size", None)
+        run.effective_batch = trainer_batch * self.accumulate if trainer_batch else None
+        try:
+            run.dataset_size = len(loader.dataset)
+        except TypeError:
+            run.dataset_size = None
+        for knob, defaults in _PYTORCH_DEFAULTS.items():
+            value = getattr(loader, knob, None)
+            if value not in defaults and not (knob == "prefetch_factor" and not loader.num_workers):
+                run.fixed_reasons[knob] = f"you set {knob}={value!r} on the DataLoader"
 
     def _rebuilt(self, loader: Any, device: torch.device, reloads: bool) -> Any:
         """``loader`` with the loader knobs, or ``loader`` itself when it cannot be rebuilt
@@ -181,6 +245,10 @@ class TunedLoaders(pl.Callback):
         if not workers:
             tuned.pop("prefetch_factor", None)
             tuned.pop("persistent_workers", None)
+        if self.run is not None:
+            self.run.unapplied.update({k: f"the DataLoader keeps {k}={getattr(loader, k)!r}"
+                                       for k, v in wanted.items()
+                                       if k not in tuned and getattr(loader, k) != v})
         if not tuned:
             return loader
         kwargs = {k: getattr(loader, k) for k in (*_PYTORCH_DEFAULTS, *_CARRIED)
@@ -188,6 +256,21 @@ class TunedLoaders(pl.Callback):
         if not loader.num_workers:
             kwargs["prefetch_factor"] = None  # PyTorch's value without workers
         return DataLoader(loader.dataset, **_batching(loader), **{**kwargs, **tuned})
+
+
+def _compile_parts(module: pl.LightningModule, mode: str, run: Any) -> None:
+    """Compile ``module``'s direct submodules in place (``nn.Module.compile``): Lightning
+    calls ``training_step``, not the module, so compiling the LightningModule itself would
+    reach nothing its step calls; the submodules are what it runs. A module you compiled
+    yourself is left as it is."""
+    if getattr(module, "_compiler_ctx", None) is not None:
+        store.warn(f"compile_mode={mode!r} from the settings not applied: you compiled the "
+                   f"module yourself")
+        if run is not None:
+            run.unapplied["compile_mode"] = "the module is compiled by the script"
+        return
+    for part in module.children():
+        part.compile(mode=mode)
 
 
 def _batching(loader: DataLoader) -> dict[str, Any]:

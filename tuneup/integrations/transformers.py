@@ -37,6 +37,7 @@ def tuned_trainer(trainer: Trainer) -> Trainer:
     process, and ``micro_batch_size`` as a smaller per-device batch with more gradient
     accumulation (same samples per optimizer step) when it splits the batch exactly and
     the split cannot change the gradient. The Trainer's sampler and data order are kept.
+    Under ``tuneup autotune`` it also reports the trainer's steps, which the trials time.
 
     Args:
         trainer: a built ``transformers.Trainer`` (or subclass), before ``train()``.
@@ -47,34 +48,133 @@ def tuned_trainer(trainer: Trainer) -> Trainer:
         >>> trainer.train()
     """
     require("transformers", "hf")
-    from tuneup.runtime import apply
+    from tuneup.runtime import apply, hooks
 
-    knobs = apply.settings_knobs()
-    if not knobs.changed():
-        return trainer
-    apply.apply_process_knobs(knobs)
+    hooks.install_from_environment()
+    observer = hooks.current()
+    run = _run_of(trainer)
+    knobs = observer.trainer_knobs(run, apply.settings_knobs())
+    if knobs.changed():
+        apply.apply_process_knobs(knobs)
+        run.unapplied = _apply(trainer, knobs)
+    if observer is not hooks.NOBODY:
+        _report_steps(trainer, observer, run)
+    return trainer
+
+
+def _apply(trainer: Trainer, knobs: Knobs) -> dict[str, str]:
+    """Apply ``knobs`` to ``trainer``'s arguments; returns each knob left unapplied, with why
+    (each also said in one warning where the reason is not the user's own value)."""
     args = trainer.args
-    knobs = _usable_here(knobs, trainer)
-    spelled = knobs_as.as_hf(knobs, args.per_device_train_batch_size,
+    usable = _usable_here(knobs, trainer)
+    spelled = knobs_as.as_hf(usable, args.per_device_train_batch_size,
                              args.gradient_accumulation_steps)
     changes = dict(spelled.arguments)
     problem = spelled.left_out.get("micro_batch_size")
-    if knobs.micro_batch_size is not None and problem is None:
-        problem = _split_problem(trainer, knobs.micro_batch_size)
+    if usable.micro_batch_size is not None and problem is None:
+        problem = _split_problem(trainer, usable.micro_batch_size)
     if problem is not None:
-        store.warn(f"micro_batch_size={knobs.micro_batch_size} from the settings is not "
+        store.warn(f"micro_batch_size={usable.micro_batch_size} from the settings is not "
                    f"applied: {problem}; training on whole batches")
         for name in _BATCH:
             changes.pop(name, None)
     changes = _without_users_values(changes, args)
-    if not changes:
-        return trainer
-    tuned = _replaced(args, changes)
-    if tuned is None:
-        return trainer
-    trainer.args = tuned
-    _rebuild(trainer)
-    return trainer
+    tuned = _replaced(args, changes) if changes else None
+    if tuned is not None:
+        trainer.args = tuned
+        _rebuild(trainer)
+    return _unapplied(knobs, usable, trainer.args, problem)
+
+
+def _unapplied(wanted: Knobs, usable: Knobs, args: TrainingArguments,
+               micro_problem: str | None) -> dict[str, str]:
+    """The knobs of ``wanted`` that ``args`` do not hold now, each with why."""
+    missing: dict[str, str] = {}
+    for knob, name in knobs_as.HF_LOADER_FIELDS.items():
+        value = getattr(wanted, knob)
+        if value is not None and getattr(args, name) != value and (
+                name != "dataloader_prefetch_factor" or args.dataloader_num_workers):
+            missing[knob] = f"{name} stays {getattr(args, name)!r}"
+    if wanted.amp_dtype is not None and not getattr(args, knobs_as.HF_AMP_FIELDS[
+            wanted.amp_dtype]):
+        missing["amp_dtype"] = (f"{wanted.amp_dtype} cannot be used here" if usable.amp_dtype
+                                is None else "TrainingArguments keep another precision")
+    if wanted.compile_mode is not None and args.torch_compile_mode != wanted.compile_mode:
+        missing["compile_mode"] = f"torch_compile_mode stays {args.torch_compile_mode!r}"
+    if wanted.micro_batch_size is not None and (
+            args.per_device_train_batch_size > wanted.micro_batch_size):
+        missing["micro_batch_size"] = micro_problem or "the per-device batch stays whole"
+    return missing
+
+
+def _run_of(trainer: Trainer) -> Any:
+    """The trainer as observers see it: what it trains, and the knobs its arguments decide."""
+    from tuneup.runtime.hooks import TrainerRun
+
+    args = trainer.args
+    dataset = trainer.train_dataset
+    return TrainerRun(
+        framework="transformers", device_type=args.device.type, model=trainer.model,
+        effective_batch=args.per_device_train_batch_size * args.gradient_accumulation_steps,
+        dataset_size=len(dataset) if isinstance(dataset, Sized) else None,
+        fixed_reasons=_fixed_reasons(trainer))
+
+
+def _fixed_reasons(trainer: Trainer) -> dict[str, str]:
+    """The knobs the user's TrainingArguments (or the trainer's set-up) decide: not tuned."""
+    args = trainer.args
+    defaults = {f.name: f.default for f in dataclasses.fields(args)}
+    reasons = {knob: f"you set {name}={getattr(args, name)!r} in TrainingArguments"
+               for knob, name in knobs_as.HF_LOADER_FIELDS.items()
+               if getattr(args, name) != defaults[name]}
+    chosen = [name for name in _AMP if getattr(args, name)]
+    mixed = getattr(args, "mixed_precision", "no")
+    if chosen or mixed != "no":
+        reasons["amp_dtype"] = (f"you set {chosen[0]}=True" if chosen
+                                else f"ACCELERATE_MIXED_PRECISION is {mixed}")
+    if args.torch_compile:
+        reasons["compile_mode"] = "you set torch_compile=True"
+    if getattr(trainer, "is_deepspeed_enabled", False) or getattr(trainer, "is_fsdp_enabled",
+                                                                   False):
+        for knob in ("amp_dtype", "compile_mode", "micro_batch_size"):
+            reasons[knob] = "DeepSpeed / FSDP configure it themselves"
+    if args.device.type != "cuda":
+        reasons["pin_memory"] = "batches stay on the CPU"
+    split = _split_problem(trainer, 1)
+    if split is not None:
+        reasons["micro_batch_size"] = split
+    config = getattr(args, "accelerator_config", None)
+    if not getattr(config, "use_seedable_sampler", False):
+        reasons["persistent_workers"] = "without a seedable sampler they would change the order"
+    return reasons
+
+
+def _report_steps(trainer: Trainer, observer: Any, run: Any) -> None:
+    """Tell ``observer`` when training starts and each optimizer step with its loss (the sum
+    of ``training_step``'s returns, which the Trainer scales for accumulation: the step's
+    loss), through a ``TrainerCallback``; the loss stays a tensor (no device sync here)."""
+    from transformers import TrainerCallback
+
+    losses: list[Any] = []
+    training_step = trainer.training_step
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        loss = training_step(*args, **kwargs)
+        losses.append(loss)
+        return loss
+
+    class _Steps(TrainerCallback):  # type: ignore[misc]
+        def on_train_begin(self, *args: Any, **kwargs: Any) -> None:
+            losses.clear()
+            observer.trainer_ready(run)
+
+        def on_step_end(self, *args: Any, **kwargs: Any) -> None:
+            loss = sum(losses[1:], losses[0]) if losses else None
+            losses.clear()
+            observer.trainer_step(run, loss)
+
+    trainer.training_step = counted
+    trainer.add_callback(_Steps())
 
 
 def _usable_here(knobs: Knobs, trainer: Trainer) -> Knobs:

@@ -18,6 +18,7 @@ import contextlib
 import importlib
 import os
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ContextManager
 
 if TYPE_CHECKING:
@@ -28,6 +29,22 @@ if TYPE_CHECKING:
     from tuneup.settings import Knobs
 
 ENV_OBSERVERS = "TUNEUP_OBSERVERS"
+
+
+@dataclass
+class TrainerRun:
+    """A trainer that owns its loop (transformers, Lightning), as its integration shows it to
+    observers: what it trains and which knobs the user's own arguments decide. The
+    integration fills in what it knows when it knows it (a Lightning loader's batch only
+    when ``fit`` requests it)."""
+
+    framework: str  # "transformers" | "lightning"
+    device_type: str = "cpu"
+    model: torch.nn.Module | None = None
+    effective_batch: int | None = None  # samples per optimizer step, per process
+    dataset_size: int | None = None
+    fixed_reasons: dict[str, str] = field(default_factory=dict)  # knob -> why it is not tuned
+    unapplied: dict[str, str] = field(default_factory=dict)  # knob asked for -> why it is not
 
 
 class Observer:
@@ -59,6 +76,18 @@ class Observer:
 
     def micro_batching(self, loop: TunedLoop, applied: int | None, blocked: str | None) -> None:
         """The micro-batch size now applied (None: whole batches), and why not when blocked."""
+
+    def trainer_knobs(self, run: TrainerRun, knobs: Knobs) -> Knobs:
+        """The knobs a trainer is built with; ``knobs`` come from the settings file."""
+        return knobs
+
+    def trainer_ready(self, run: TrainerRun) -> None:
+        """Training starts: the trainer's knobs are applied (``run.unapplied`` names each knob
+        :meth:`trainer_knobs` gave that could not apply); its loaders may come later."""
+
+    def trainer_step(self, run: TrainerRun, loss: Any) -> None:
+        """The trainer made an optimizer step; ``loss`` is its loss (a tensor, not synced) or
+        None when the step did not report one."""
 
 
 class _Observers(Observer):
@@ -103,6 +132,19 @@ class _Observers(Observer):
     def micro_batching(self, loop: TunedLoop, applied: int | None, blocked: str | None) -> None:
         for member in self.members:
             member.micro_batching(loop, applied, blocked)
+
+    def trainer_knobs(self, run: TrainerRun, knobs: Knobs) -> Knobs:
+        for member in self.members:
+            knobs = member.trainer_knobs(run, knobs)
+        return knobs
+
+    def trainer_ready(self, run: TrainerRun) -> None:
+        for member in self.members:
+            member.trainer_ready(run)
+
+    def trainer_step(self, run: TrainerRun, loss: Any) -> None:
+        for member in self.members:
+            member.trainer_step(run, loss)
 
 
 NOBODY = Observer()

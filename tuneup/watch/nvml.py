@@ -4,11 +4,16 @@
 tests replay recorded readings through a stand-in with the same functions. Every query is
 guarded: a figure the GPU or driver does not support stays ``None``, and a machine with no
 NVML gives one note instead of GPU figures.
+
+NVML's utilisation only says that a kernel ran, however few SMs it kept busy. Where the GPU
+has GPU performance metrics (GPM: Hopper and newer), SM activity, SM occupancy and tensor
+activity are read too, between two GPM samples taken a read apart.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
+from time import monotonic
 from typing import Any
 
 from tuneup.machine.probe.nvidia import throttle_reason_names
@@ -16,6 +21,15 @@ from tuneup.watch.samples import GpuSample
 
 # Usable bytes/s per lane and direction, by PCIe generation (after line encoding).
 PCIE_LANE_BYTES_S = {1: 250e6, 2: 500e6, 3: 985e6, 4: 1969e6, 5: 3938e6, 6: 7563e6}
+# GPM metrics read into GpuSample's sm_activity, sm_occupancy, tensor_activity (% each)
+GPM_METRICS = ("NVML_GPM_METRIC_SM_UTIL", "NVML_GPM_METRIC_SM_OCCUPANCY",
+               "NVML_GPM_METRIC_ANY_TENSOR_UTIL")
+# NVML: two GPM samples closer than its internal refresh (100 ms) give no meaningful metrics;
+# a read sooner than this after the last sample (the daemon reads once per job per tick)
+# gets the metrics of the last one.
+GPM_MIN_INTERVAL_S = 0.1
+Activity = tuple[float | None, float | None, float | None]
+NO_ACTIVITY: Activity = (None, None, None)
 
 
 def _guarded(read: Callable[[], Any]) -> Any:
@@ -27,6 +41,63 @@ def _guarded(read: Callable[[], Any]) -> Any:
 
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class Gpm:
+    """One GPU's performance metrics between its last two GPM samples (two buffers, used in
+    turn): how much of the GPU the kernels used, which NVML's utilisation does not say."""
+
+    def __init__(self, nvml: Any, handle: Any, last: Any, spare: Any) -> None:
+        self.nvml = nvml
+        self.handle = handle
+        self.last, self.spare = last, spare
+        self.taken_at: float | None = None  # when ``last`` was taken
+        self.activity = NO_ACTIVITY
+
+    def read(self) -> Activity:
+        """SM activity, SM occupancy and tensor activity (%) since the sample before; none on
+        the first read. Raises what NVML raises."""
+        now = monotonic()
+        if self.taken_at is not None and now - self.taken_at < GPM_MIN_INTERVAL_S:
+            return self.activity
+        self.nvml.nvmlGpmSampleGet(self.handle, self.spare)
+        before, self.last, self.spare = self.last, self.spare, self.last
+        if self.taken_at is not None:
+            self.activity = self._metrics(before, self.last)
+        self.taken_at = now
+        return self.activity
+
+    def _metrics(self, before: Any, after: Any) -> Activity:
+        nvml = self.nvml
+        request = nvml.c_nvmlGpmMetricsGet_t()
+        request.version = nvml.NVML_GPM_METRICS_GET_VERSION
+        request.numMetrics = len(GPM_METRICS)
+        request.sample1, request.sample2 = before, after
+        for slot, name in enumerate(GPM_METRICS):
+            request.metrics[slot].metricId = getattr(nvml, name)
+        nvml.nvmlGpmMetricsGet(request)
+        sm, occupancy, tensor = (
+            float(metric.value) if metric.nvmlReturn == nvml.NVML_SUCCESS else None
+            for metric in request.metrics[:len(GPM_METRICS)])
+        return sm, occupancy, tensor
+
+    def close(self) -> None:
+        for sample in (self.last, self.spare):
+            _guarded(lambda s=sample: self.nvml.nvmlGpmSampleFree(s))
+
+
+def open_gpm(nvml: Any, handle: Any) -> Gpm | None:
+    """The GPU's GPM, or ``None`` where the GPU, its driver or the nvml module lacks it."""
+    support = _guarded(lambda: nvml.nvmlGpmQueryDeviceSupport(handle))
+    if support is None or not support.isSupportedDevice:
+        return None
+    samples = [_guarded(lambda: nvml.nvmlGpmSampleAlloc()) for _ in range(2)]
+    if None in samples:
+        for sample in samples:
+            if sample is not None:
+                _guarded(lambda s=sample: nvml.nvmlGpmSampleFree(s))
+        return None
+    return Gpm(nvml, handle, *samples)
 
 
 class GpuReader:
@@ -41,7 +112,10 @@ class GpuReader:
         self.max_clocks = [
             _guarded(lambda h=h: nvml.nvmlDeviceGetMaxClockInfo(h, nvml.NVML_CLOCK_SM))
             for h in self.handles]
+        self.uuids = [_guarded(lambda h=h: _text(nvml.nvmlDeviceGetUUID(h)))
+                      for h in self.handles]
         self.links = [self._link_bytes_s(h) for h in self.handles]
+        self.gpm = [open_gpm(nvml, h) for h in self.handles]
         self._reasons = (getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
                          or getattr(nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None))
 
@@ -58,6 +132,18 @@ class GpuReader:
         return tuple(self._read_one(index, handle, pids)
                      for index, handle in enumerate(self.handles))
 
+    def _activity(self, index: int) -> Activity:
+        """The GPU's GPM figures; GPM that failed once on a GPU stays off for it."""
+        gpm = self.gpm[index]
+        if gpm is None:
+            return NO_ACTIVITY
+        try:
+            return gpm.read()
+        except Exception:  # an NVMLError, or a module whose GPM is not what pynvml's is
+            gpm.close()
+            self.gpm[index] = None
+            return NO_ACTIVITY
+
     def _read_one(self, index: int, handle: Any, pids: Collection[int]) -> GpuSample:
         nvml = self.nvml
         utilization = _guarded(lambda: nvml.nvmlDeviceGetUtilizationRates(handle))
@@ -71,8 +157,9 @@ class GpuReader:
         job_memory = None
         if processes is not None:
             job_memory = sum(int(p.usedGpuMemory or 0) for p in processes if p.pid in pids)
+        sm_activity, sm_occupancy, tensor_activity = self._activity(index)
         return GpuSample(
-            index=index, name=self.names[index],
+            index=index, name=self.names[index], uuid=self.uuids[index],
             utilization=float(utilization.gpu) if utilization is not None else None,
             memory_used=int(memory.used) if memory is not None else None,
             memory_total=int(memory.total) if memory is not None else None,
@@ -87,9 +174,13 @@ class GpuReader:
             temperature_c=_guarded(
                 lambda: nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU)),
             job_memory=job_memory,
+            sm_activity=sm_activity, sm_occupancy=sm_occupancy, tensor_activity=tensor_activity,
         )
 
     def close(self) -> None:
+        for gpm in self.gpm:
+            if gpm is not None:
+                gpm.close()
         _guarded(self.nvml.nvmlShutdown)
 
 

@@ -30,6 +30,12 @@ class GpuSample:
     pcie_link_bytes_s: float | None = None  # the link's capacity, each direction
     temperature_c: float | None = None
     job_memory: int | None = None  # bytes held by the watched job's processes
+    uuid: str | None = None
+    # GPU performance metrics (GPM, Hopper and newer; None elsewhere), % over the time since
+    # the reading before: what utilisation does not say, how much of the GPU the kernels use
+    sm_activity: float | None = None  # SMs with work (at least one warp), averaged over SMs
+    sm_occupancy: float | None = None  # resident warps / the SMs' maximum
+    tensor_activity: float | None = None  # SMs running tensor-core instructions
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,10 @@ scrapes cost the watcher nothing between them. The runtime's counters are Promet
 counters (``rate()`` gives steps/s and the data-wait share over any range); everything else
 is a gauge of the latest sample.
 
+A GPU figure that NVIDIA's DCGM exporter also exports is served under the exporter's name,
+in its units and with its labels (``gpu``, ``UUID``, ``modelName``), so that the dashboards
+and alerts written for it read the watcher's too; the rest are ``tuneup_watch_*``.
+
 The labels carry every job's script, so the endpoint listens on a loopback address unless
 the user says ``--serve-public``; and it holds at most :data:`MAX_CONNECTIONS` connections
 at once, each for at most :data:`CONNECTION_TIMEOUT_S` without a word, so idle clients
@@ -19,30 +23,62 @@ from __future__ import annotations
 import ipaddress
 import socket
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from tuneup.errors import UsageError
-from tuneup.watch.samples import HELPER, MAIN, WORKER, Sample
+from tuneup.watch.samples import HELPER, MAIN, WORKER, GpuSample, Sample
 from tuneup.watch.verdict import Figures, Verdict
 
 PREFIX = "tuneup_watch_"
 MAX_CONNECTIONS = 16  # a scraper or two and a person with curl; more are turned away
 CONNECTION_TIMEOUT_S = 10.0  # a scrape's request arrives at once; a silent client is dropped
-GPU_GAUGES = (  # (metric, GpuSample field, help)
-    ("gpu_utilization_percent", "utilization", "share of time a kernel ran"),
-    ("gpu_memory_used_bytes", "memory_used", "GPU memory used, all processes"),
-    ("gpu_memory_total_bytes", "memory_total", "GPU memory"),
-    ("gpu_power_watts", "power_w", "power draw"),
-    ("gpu_power_limit_watts", "power_limit_w", "enforced power limit"),
-    ("gpu_sm_clock_mhz", "sm_clock_mhz", "SM clock"),
-    ("gpu_sm_clock_max_mhz", "sm_clock_max_mhz", "SM clock's maximum"),
-    ("gpu_temperature_celsius", "temperature_c", "GPU temperature"),
-    ("gpu_pcie_rx_bytes_per_second", "pcie_rx_bytes_s", "host -> GPU traffic"),
-    ("gpu_pcie_tx_bytes_per_second", "pcie_tx_bytes_s", "GPU -> host traffic"),
+GPU_LABELS = ["gpu", "UUID", "modelName"]  # the DCGM exporter's
+MIB = 2**20  # DCGM gives framebuffer memory in MiB
+Reading = Callable[[GpuSample], "float | None"]
+
+
+def _field(name: str, scale: float = 1.0) -> Reading:
+    """A GpuSample field in the DCGM exporter's unit (``scale`` times tuneup's)."""
+    def read(gpu: GpuSample) -> float | None:
+        value = getattr(gpu, name)
+        return value * scale if value is not None else None
+    return read
+
+
+def _fb_free(gpu: GpuSample) -> float | None:
+    if gpu.memory_total is None or gpu.memory_used is None:
+        return None
+    return (gpu.memory_total - gpu.memory_used) / MIB
+
+
+GPU_GAUGES: tuple[tuple[str, Reading, str], ...] = (  # (the DCGM exporter's name, value, help)
+    ("DCGM_FI_DEV_GPU_UTIL", _field("utilization"),
+     "GPU utilization (in %): share of time a kernel ran"),
+    ("DCGM_FI_DEV_FB_USED", _field("memory_used", 1 / MIB),
+     "Framebuffer memory used (in MiB), all processes"),
+    ("DCGM_FI_DEV_FB_FREE", _fb_free, "Framebuffer memory free (in MiB)"),
+    ("DCGM_FI_DEV_FB_TOTAL", _field("memory_total", 1 / MIB), "Framebuffer memory (in MiB)"),
+    ("DCGM_FI_DEV_POWER_USAGE", _field("power_w"), "Power draw (in W)"),
+    ("DCGM_FI_DEV_ENFORCED_POWER_LIMIT", _field("power_limit_w"),
+     "Enforced power limit (in W)"),
+    ("DCGM_FI_DEV_SM_CLOCK", _field("sm_clock_mhz"), "SM clock frequency (in MHz)"),
+    ("DCGM_FI_DEV_MAX_SM_CLOCK", _field("sm_clock_max_mhz"),
+     "SM clock's maximum frequency (in MHz)"),
+    ("DCGM_FI_DEV_GPU_TEMP", _field("temperature_c"), "GPU temperature (in C)"),
+    ("DCGM_FI_PROF_PCIE_RX_BYTES", _field("pcie_rx_bytes_s"),
+     "Host -> GPU PCIe traffic (in bytes/s), NVML's PCIe throughput"),
+    ("DCGM_FI_PROF_PCIE_TX_BYTES", _field("pcie_tx_bytes_s"),
+     "GPU -> host PCIe traffic (in bytes/s), NVML's PCIe throughput"),
+    ("DCGM_FI_PROF_SM_ACTIVE", _field("sm_activity", 0.01),
+     "Ratio of cycles an SM has at least 1 warp assigned (NVML GPM)"),
+    ("DCGM_FI_PROF_SM_OCCUPANCY", _field("sm_occupancy", 0.01),
+     "Ratio of warps resident on an SM to its maximum (NVML GPM)"),
+    ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", _field("tensor_activity", 0.01),
+     "Ratio of cycles any tensor pipe is active (NVML GPM)"),
 )
 HOST_GAUGES = (
     ("host_cpu_percent", "cpu_percent", "all cores busy, 0-100"),
@@ -213,18 +249,18 @@ class Exporter:
 
 def _machine(sample: Sample, gauge: Any) -> Iterator[Any]:
     """Per GPU and for the host: the machine's figures, the same for every job."""
-    for metric, field, help_text in GPU_GAUGES:
-        family = gauge(PREFIX + metric, help_text, labels=["gpu", "name"])
+    for metric, read, help_text in GPU_GAUGES:
+        family = gauge(metric, help_text, labels=GPU_LABELS)
         for gpu in sample.gpus:
-            value = getattr(gpu, field)
+            value = read(gpu)
             if value is not None:
-                family.add_metric([str(gpu.index), gpu.name or ""], value)
+                family.add_metric(_gpu_labels(gpu), value)
         yield family
     reasons = gauge(PREFIX + "gpu_throttle_reason", "1 while NVML gives this clock "
-                    "throttle reason", labels=["gpu", "reason"])
+                    "throttle reason", labels=[*GPU_LABELS, "reason"])
     for gpu in sample.gpus:
         for reason in gpu.throttle_reasons:
-            reasons.add_metric([str(gpu.index), reason], 1)
+            reasons.add_metric([*_gpu_labels(gpu), reason], 1)
     yield reasons
     for metric, field, help_text in HOST_GAUGES:
         value = getattr(sample.host, field)
@@ -232,6 +268,10 @@ def _machine(sample: Sample, gauge: Any) -> Iterator[Any]:
         if value is not None:
             family.add_metric([], value)
         yield family
+
+
+def _gpu_labels(gpu: GpuSample) -> list[str]:
+    return [str(gpu.index), gpu.uuid or "", gpu.name or ""]
 
 
 def _jobs(jobs: Sequence[JobView], gauge: Any, counter: Any) -> Iterator[Any]:

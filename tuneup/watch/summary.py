@@ -16,7 +16,7 @@ from rich.text import Text
 
 from tuneup.files import write_atomic
 from tuneup.watch.samples import WORKER, RuntimeSample, Sample
-from tuneup.watch.verdict import Figures, decide, reduce, rounded
+from tuneup.watch.verdict import Figures, ceiling_line, decide, reduce, rounded
 
 
 def _steps(sample: Sample) -> int:
@@ -119,6 +119,8 @@ def print_text(console: Console, summary: dict[str, Any]) -> None:
         evidence = " · ".join(f"{key} {value}" for key, value in verdict["evidence"].items()
                               if value is not None)
         rows.add_row("verdict", Text(f"{verdict['kind']}: {verdict['reason']}"))
+        if verdict.get("ceiling") is not None:
+            rows.add_row("ceiling", Text(ceiling_line(verdict["ceiling"])))
         rows.add_row("evidence", Text(evidence))
         rows.add_row("action", Text(verdict["action"]))
     for note in summary["notes"]:

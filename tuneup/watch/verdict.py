@@ -11,19 +11,32 @@ No rule claims more than was measured: ``compute-bound`` (and its "nothing to ga
 input side") needs a busy GPU, the runtime's data wait, workers that keep up, the stacks, or
 at least a training process measured busy; a window without any of these is
 ``undetermined``, whose reason names what is missing and whose action how to get it.
+
+A busy GPU is one whose SMs have work where GPM gives SM activity (Hopper and newer), and one
+that runs kernels nearly all the time elsewhere (NVML's utilisation, which a single small
+kernel fills); the verdict's evidence names the basis (``gpu_basis``).
+
+Every verdict gets a :class:`Ceiling`: the most that fixing what it names can gain, from the
+measured figures, or no bound where none of them bounds it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from statistics import fmean
 from typing import Any
 
 from tuneup.runtime.telemetry import STALL_HINT
-from tuneup.watch.samples import MAIN, WORKER, RuntimeSample, Sample, StackCounts
+from tuneup.watch.samples import MAIN, WORKER, GpuSample, RuntimeSample, Sample, StackCounts
 
 GPU_BUSY = 90.0  # % of the time a kernel runs: the GPU itself is the limit
+# % SM activity (GPM; DCGM's DCGM_FI_PROF_SM_ACTIVE): the share of time the SMs have at least
+# one warp, averaged over the SMs. DCGM's guide calls 0.8 or more necessary (not sufficient)
+# for effective use of the GPU and less than 0.5 likely ineffective: from 80 % the SMs are
+# busy and the GPU itself is the limit; below it, the host leaves SMs idle even while
+# utilisation (some kernel ran) says 99 %.
+SM_BUSY = 80.0
 GPU_WORKING = 50.0  # below this, low clocks are the GPU resting, not throttling
 IDLE = 5.0  # % of one core for the whole job, and % GPU utilisation
 CORE_BUSY = 85.0  # % of one core: a process "at 100 %"
@@ -41,8 +54,27 @@ HOST_MEMORY_LOW = 0.05  # available share of RAM
 IOWAIT = 20.0  # % of CPU time waiting for storage
 CPU_ONLY = "process CPU only"  # the basis of a verdict that could not tell loading from compute
 STACKS = "py-spy stacks"  # ... that py-spy's samples of the training thread told apart
+SM_ACTIVITY, UTILIZATION = "sm_activity", "utilization"  # the basis of "the GPU is busy"
+BUSY_AT = {SM_ACTIVITY: SM_BUSY, UTILIZATION: GPU_BUSY}
+UTILIZATION_NOTE = "NVML utilisation (a kernel ran), SM activity not available on this GPU"
+INPUT_SIDE = "the input side"
 POWER_THERMAL = frozenset({"SwPowerCap", "HwSlowdown", "SwThermalSlowdown",
                            "HwThermalSlowdown", "HwPowerBrakeSlowdown"})
+
+
+@dataclass(frozen=True)
+class Ceiling:
+    """The most the job can speed up by fixing what its verdict names, bounded by the figures
+    (Amdahl: removing a share s of the time leaves 1 - s of it, at most 1/(1-s) as fast), so
+    that a verdict says how much is at stake; ``speedup_at_most`` is ``None`` where nothing
+    measured bounds it, and ``why`` says so."""
+
+    speedup_at_most: float | None
+    source: str | None  # what the gain comes from ("the input side"); JSON "from"
+    why: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"speedup_at_most": self.speedup_at_most, "from": self.source, "why": self.why}
 
 
 @dataclass(frozen=True)
@@ -53,10 +85,19 @@ class Verdict:
     reason: str
     evidence: dict[str, Any]
     action: str
+    ceiling: Ceiling | None = None  # set by :func:`decide`
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "reason": self.reason, "evidence": self.evidence,
-                "action": self.action}
+                "action": self.action,
+                "ceiling": self.ceiling.to_dict() if self.ceiling is not None else None}
+
+
+def ceiling_line(ceiling: dict[str, Any]) -> str:
+    """A ceiling (as JSON) in a few words, for the view and the summary."""
+    if ceiling["speedup_at_most"] is None:
+        return f"no bound: {ceiling['why']}"
+    return f"at most {ceiling['speedup_at_most']:.2f}x from {ceiling['from']}"
 
 
 @dataclass(frozen=True)
@@ -87,6 +128,16 @@ class Figures:
     samples_per_s: float | None
     runtime: RuntimeSample | None  # the latest feed record (its loader knobs)
     loading_share: float | None = None  # py-spy: the training thread's samples in DataLoader code
+    sm_activity: float | None = None  # GPM: %, mean; None unless every GPU counted gives it
+
+
+def _busy_sms(readings: Sequence[GpuSample]) -> float | None:
+    """Mean SM activity, only when every GPU read gives it: a GPU without GPM among GPUs
+    with it would be left out of the mean."""
+    known = [g for g in readings if g.sm_activity is not None]
+    if not known or {g.index for g in known} != {g.index for g in readings}:
+        return None
+    return fmean(g.sm_activity for g in known)
 
 
 def _mean(values: Sequence[float | None]) -> float | None:
@@ -162,11 +213,25 @@ def reduce(window: Sequence[Sample],
         samples_per_s=rate if fed and elapsed > 0 else None,
         runtime=end[0] if end else None,
         loading_share=stacks.loading / stacks.total if stacks.total else None,
+        sm_activity=_busy_sms(readings),
     )
 
 
 def rounded(value: float | None, digits: int = 1) -> float | None:
     return round(value, digits) if value is not None else None
+
+
+def _gpu_busy(f: Figures) -> tuple[float | None, str]:
+    """How busy the GPU is (%) and on what basis: SM activity where GPM gives it, NVML's
+    utilisation (a kernel ran, however few SMs it used) elsewhere."""
+    if f.sm_activity is not None:
+        return f.sm_activity, SM_ACTIVITY
+    return f.gpu_utilization, UTILIZATION
+
+
+def _gpu_evidence(f: Figures) -> dict[str, Any]:
+    return {"gpu_utilization": rounded(f.gpu_utilization), "sm_activity": rounded(f.sm_activity),
+            "gpu_basis": _gpu_busy(f)[1]}
 
 
 def _cores(f: Figures) -> str:
@@ -256,12 +321,16 @@ def cpu_oversubscribed(f: Figures, script: str) -> Verdict | None:
 
 
 def compute_bound_gpu(f: Figures, script: str) -> Verdict | None:
-    """The GPU runs kernels nearly all the time: nothing to gain from the input side."""
-    if f.gpu_utilization is None or f.gpu_utilization < GPU_BUSY:
+    """The GPU's SMs have work nearly all the time (or, without SM activity, it runs
+    kernels nearly all the time): nothing to gain from the input side."""
+    busy, basis = _gpu_busy(f)
+    if busy is None or busy < BUSY_AT[basis]:
         return None
-    return Verdict("compute-bound", f"the GPU is busy {f.gpu_utilization:.0f} % of the time",
-                   {"gpu_utilization": rounded(f.gpu_utilization),
-                    "data_wait_share": rounded(f.data_wait_share, 3)},
+    reason = (f"the GPU's SMs are busy {busy:.0f} % of the time (SM activity)"
+              if basis == SM_ACTIVITY else
+              f"the GPU is busy {busy:.0f} % of the time; {UTILIZATION_NOTE}")
+    return Verdict("compute-bound", reason,
+                   {**_gpu_evidence(f), "data_wait_share": rounded(f.data_wait_share, 3)},
                    "nothing to gain from the input side; less work per step: "
                    f"`tuneup autotune {script} --only amp,compile,batch`")
 
@@ -338,12 +407,14 @@ def host_bound(f: Figures, script: str) -> Verdict | None:
     if loads_too:
         action = (f"with no DataLoader workers the main process also loads the data: "
                   f"`tuneup autotune {script} --only loader` first; then " + action)
-    return Verdict("host-bound",
-                   f"the GPU is busy only {f.gpu_utilization or 0.0:.0f} % of the time while the "
-                   f"main process runs at {f.main_cpu or 0.0:.0f} % of a core",
-                   {"gpu_utilization": rounded(f.gpu_utilization),
-                    "main_cpu_percent": rounded(f.main_cpu), "workers": f.workers,
-                    "data_wait_share": rounded(f.data_wait_share, 3)},
+    busy, basis = _gpu_busy(f)
+    main = f"while the main process runs at {f.main_cpu or 0.0:.0f} % of a core"
+    reason = (f"the GPU's SMs are busy only {busy:.0f} % of the time (SM activity; kernels "
+              f"run {f.gpu_utilization or 0.0:.0f} % of it) {main}" if basis == SM_ACTIVITY else
+              f"the GPU is busy only {busy or 0.0:.0f} % of the time {main}; {UTILIZATION_NOTE}")
+    return Verdict("host-bound", reason,
+                   {**_gpu_evidence(f), "main_cpu_percent": rounded(f.main_cpu),
+                    "workers": f.workers, "data_wait_share": rounded(f.data_wait_share, 3)},
                    action)
 
 
@@ -393,6 +464,111 @@ def undetermined(f: Figures, script: str) -> Verdict:
                     "workers": f.workers, "steps": f.steps}, action)
 
 
+# -- the ceiling of each verdict -----------------------------------------------------------
+def _amdahl(share: float) -> float | None:
+    """1/(1-s): the speed-up from removing a share s of the time (none when s is all of it)."""
+    return round(1 / (1 - share), 2) if share < 1 else None
+
+
+def _removing(share: float, what: str, source: str) -> Ceiling:
+    """The ceiling from removing all of ``what``, which takes ``share`` of the time."""
+    bound = _amdahl(share)
+    if bound is None:
+        return Ceiling(None, source, f"{what} all of the time: removing it bounds nothing")
+    return Ceiling(bound, source, f"{what} {share * 100:.0f} % of the time: removing all of it "
+                   f"gives at most 1/(1-{share:.2f}) = {bound:.2f}x")
+
+
+def _waited(f: Figures, v: Verdict) -> tuple[float, str] | None:
+    """The measured share of the loop spent loading, as the verdict read it: the feed's data
+    wait, else py-spy's share of the training thread in the DataLoader."""
+    if f.data_wait_share is not None:
+        return f.data_wait_share, "the loop waits for data"
+    if v.evidence.get("basis") == STACKS and f.loading_share is not None:
+        return f.loading_share, "the training thread is in the DataLoader"
+    return None
+
+
+def _input_ceiling(f: Figures, v: Verdict) -> Ceiling:
+    waited = _waited(f, v)
+    if waited is None:
+        return Ceiling(None, INPUT_SIDE, "the wait for data was not measured (workers or "
+                       "storage were seen busy): the runtime's feed measures it")
+    return _removing(*waited, INPUT_SIDE)
+
+
+def _copy_ceiling(f: Figures, v: Verdict) -> Ceiling:
+    if f.copy_share is None:
+        return Ceiling(None, "the copies", "copies were seen as PCIe traffic, not measured as "
+                       "a share of the loop: the runtime's feed measures it")
+    return _removing(f.copy_share, "copies to the GPU take", "the copies")
+
+
+def _compute_ceiling(f: Figures, v: Verdict) -> Ceiling:
+    """Nothing from the input side (at most what the little wait measured gives): only
+    faster compute makes the job faster."""
+    faster = "only faster compute (less work per step, AMP, compile) makes it faster"
+    if v.evidence.get("basis") == CPU_ONLY:
+        return Ceiling(None, INPUT_SIDE, "loading could not be told from compute (process CPU "
+                       "only): nothing bounds what the input side gives")
+    waited = _waited(f, v)
+    if waited is None:
+        return Ceiling(1.0, INPUT_SIDE, f"the GPU is the limit: nothing to gain from the input "
+                       f"side; {faster}")
+    bounded = _removing(*waited, INPUT_SIDE)
+    return replace(bounded, why=f"{bounded.why}; {faster}")
+
+
+def _host_ceiling(f: Figures, v: Verdict) -> Ceiling:
+    busy, basis = _gpu_busy(f)
+    source = "removing host overhead"
+    if not busy:
+        return Ceiling(None, source, "the GPU's busy share is not known or zero: no bound")
+    share = min(busy, 100.0) / 100
+    what = ("the GPU's SMs are busy" if basis == SM_ACTIVITY else "kernels run")
+    return Ceiling(round(1 / share, 2), source,
+                   f"{what} {busy:.0f} % of the time: the GPU could do the same work in "
+                   f"{busy:.0f} % of it, so removing host overhead gives at most "
+                   f"1/{share:.2f} = {1 / share:.2f}x")
+
+
+def _throttled_ceiling(f: Figures, v: Verdict) -> Ceiling:
+    ratio = f.sm_clock_ratio
+    if not ratio:
+        return Ceiling(None, "full clocks", "the SM clock's ratio is not known: no bound")
+    return Ceiling(round(1 / ratio, 2), "full clocks",
+                   f"SM clocks at {ratio:.0%} of their maximum: at full clocks at most "
+                   f"1/{ratio:.2f} = {1 / ratio:.2f}x (less where memory, not the SMs, limits it)")
+
+
+def _oversubscribed_ceiling(f: Figures, v: Verdict) -> Ceiling:
+    threads, cores = f.busy_threads, f.usable_cores
+    source = "no more busy threads than cores"
+    if not threads or not cores:
+        return Ceiling(None, source, "busy threads or usable cores not known: no bound")
+    return Ceiling(round(threads / cores, 2), source,
+                   f"{threads:.1f} busy threads take turns on {cores:g} cores: with no more "
+                   f"threads than cores at most {threads:.1f}/{cores:g} = {threads / cores:.2f}x")
+
+
+CEILINGS: dict[str, Callable[[Figures, Verdict], Ceiling]] = {
+    "input-bound": _input_ceiling, "copy-bound": _copy_ceiling,
+    "compute-bound": _compute_ceiling, "host-bound": _host_ceiling,
+    "throttled": _throttled_ceiling, "cpu-oversubscribed": _oversubscribed_ceiling}
+UNBOUNDED = {  # why the other kinds have no ceiling
+    "idle": "the job runs nothing: there is no running time to shorten, only a wait to end",
+    "memory-pressure": "what swapping or a full memory costs is not measured as a share of the "
+                       "time",
+    "undetermined": "nothing measured tells loading from compute"}
+
+
+def ceiling(f: Figures, v: Verdict) -> Ceiling:
+    """The ceiling of verdict ``v`` over figures ``f``."""
+    if v.kind in CEILINGS:
+        return CEILINGS[v.kind](f, v)
+    return Ceiling(None, None, UNBOUNDED.get(v.kind, "no rule bounds this verdict"))
+
+
 Rule = Callable[[Figures, str], "Verdict | None"]
 # host_bound always holds with a GPU, undetermined without one: some rule always does.
 RULES: tuple[Rule, ...] = (idle, memory_pressure, throttled, cpu_oversubscribed,
@@ -401,7 +577,8 @@ RULES: tuple[Rule, ...] = (idle, memory_pressure, throttled, cpu_oversubscribed,
 
 
 def decide(figures: Figures, script: str = "train.py") -> Verdict:
-    """The first rule of :data:`RULES` that holds, with the window it covers in its evidence."""
+    """The first rule of :data:`RULES` that holds, with the window it covers in its evidence
+    and its ceiling."""
     verdict = next(v for rule in RULES if (v := rule(figures, script)) is not None)
     verdict.evidence["window_s"] = round(figures.seconds, 1)
-    return verdict
+    return replace(verdict, ceiling=ceiling(figures, verdict))

@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.text import Text
 
 from tuneup.watch.samples import MAIN, WORKER, Sample
-from tuneup.watch.verdict import Figures, Verdict
+from tuneup.watch.verdict import Figures, Verdict, ceiling_line
 
 MAX_GPUS = 8  # GPU lines in the live block; more GPUs are summed up in one line
 BAR = 20
@@ -68,7 +68,9 @@ def status_lines(sample: Sample, figures: Figures | None, verdict: Verdict | Non
     for gpu in sample.gpus[:MAX_GPUS]:
         memory = f"{_gib(gpu.memory_used)}/{_gib(gpu.memory_total)} GiB"
         line = Text(f"GPU{gpu.index} ") + bar(gpu.utilization) + Text(
-            f" {_percent(gpu.utilization)}  mem {memory}"
+            f" {_percent(gpu.utilization)}"
+            + (f"  SM {gpu.sm_activity:.0f} %" if gpu.sm_activity is not None else "")
+            + f"  mem {memory}"
             + (f"  {gpu.power_w:.0f}/{gpu.power_limit_w:.0f} W"
                if gpu.power_w is not None and gpu.power_limit_w else "")
             + (f"  {gpu.sm_clock_mhz:.0f}/{gpu.sm_clock_max_mhz:.0f} MHz"
@@ -84,7 +86,11 @@ def status_lines(sample: Sample, figures: Figures | None, verdict: Verdict | Non
     if verdict is None:
         lines.append(Text("verdict: sampling…", style="dim"))
     else:
-        lines.append(Text(verdict.kind, style="bold") + Text(f": {verdict.reason}"))
+        line = Text(verdict.kind, style="bold") + Text(f": {verdict.reason}")
+        ceiling = verdict.ceiling
+        if ceiling is not None and ceiling.speedup_at_most is not None:
+            line += Text(f" · {ceiling_line(ceiling.to_dict())}", style="dim")
+        lines.append(line)
     return lines
 
 

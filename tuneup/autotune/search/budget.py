@@ -61,7 +61,12 @@ class Budget:
         step = base.step_time if base and base.step_time else 0.5
         warmup = base.warmup_s if base and base.warmup_s is not None else 2 * step
         window = max(WINDOW["min_measure_seconds"], WINDOW["measure_steps"] * step)
-        return warmup + window + (WINDOW["check_steps"] + 1) * step + 0.5
+        return warmup + window + (WINDOW["check_steps"] + 1) * step + 0.5 + self._own_process()
+
+    def _own_process(self) -> float:
+        """The start-up each trial pays where the script's trainer runs one trial a process."""
+        facts = self.executor.facts
+        return self.startup_seconds() if facts is not None and facts.trials_per_process else 0.0
 
     def timeout(self, trial: Trial) -> float:
         """Per-trial timeout for the runner: generous, and longer for compile trials."""

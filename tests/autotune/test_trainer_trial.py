@@ -1,0 +1,171 @@
+"""Autotune on scripts built on a trainer that owns its loop (transformers, Lightning): each
+trial a fresh process of the real script, timed on the trainer's own steps, from the same
+weights and batches. Tiny models built from a config in the test, generated data, CPU."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from tuneup.autotune.runner import Runner
+from tuneup.autotune.search.budget import Budget
+from tuneup.autotune.space import ScriptFacts
+from tuneup.autotune.trials import Trial
+from tuneup.cli import main
+from tuneup.settings import Knobs, read
+
+pytest.importorskip("transformers")
+pytest.importorskip("lightning")
+
+# the sample's work runs PREP times in Python: input-bound, as on-the-fly tokenising is
+HF_SCRIPT = textwrap.dedent('''
+    import sys, tempfile
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
+    from tuneup.integrations.transformers import tuned_trainer
+
+    PREP = int(sys.argv[1]) if len(sys.argv) > 1 else 1
+    EXTRA = dict(arg.split("=") for arg in sys.argv[2:])
+
+    class Tokens(torch.utils.data.Dataset):
+        def __len__(self):
+            return 4096
+        def __getitem__(self, i):
+            for _ in range(PREP):
+                tokens = [(i * 7 + k * k) % 32 for k in range(16)]
+            ids = torch.tensor(tokens)
+            return {"input_ids": ids, "labels": ids.clone()}
+
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=32, n_positions=16, n_embd=32, n_layer=1,
+                                       n_head=2, bos_token_id=0, eos_token_id=0))
+    with tempfile.TemporaryDirectory() as out:
+        args = TrainingArguments(output_dir=out, per_device_train_batch_size=16,
+                                 num_train_epochs=3, save_strategy="no", report_to=[],
+                                 disable_tqdm=True, use_cpu=True, logging_steps=1000,
+                                 **{k: int(v) for k, v in EXTRA.items()})
+        trainer = tuned_trainer(Trainer(model=model, args=args, train_dataset=Tokens()))
+        trainer.train()
+''')
+
+LIGHTNING_SCRIPT = textwrap.dedent('''
+    import sys, tempfile
+    import lightning as L
+    import torch
+    from torch import nn
+    from tuneup.integrations.lightning import tuned_trainer_kwargs
+
+    PREP = int(sys.argv[1]) if len(sys.argv) > 1 else 1
+    EXTRA = dict(arg.split("=") for arg in sys.argv[2:])
+
+    class Points(torch.utils.data.Dataset):
+        def __init__(self):
+            self.x = torch.randn(2048, 8, generator=torch.Generator().manual_seed(0))
+        def __len__(self):
+            return len(self.x)
+        def __getitem__(self, i):
+            for _ in range(PREP):
+                y = torch.sin(self.x[i, :4].sum())
+            return self.x[i], y
+
+    class Module(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = nn.Sequential(nn.Linear(8, 32), nn.Dropout(0.1), nn.Linear(32, 1))
+        def train_dataloader(self):
+            return torch.utils.data.DataLoader(Points(), batch_size=32, shuffle=True)
+        def training_step(self, batch, index):
+            x, y = batch
+            return nn.functional.mse_loss(self.net(x).squeeze(-1), y)
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.05)
+
+    with tempfile.TemporaryDirectory() as root:
+        trainer = L.Trainer(**tuned_trainer_kwargs(
+            max_epochs=20, accelerator="cpu", logger=False, enable_checkpointing=False,
+            enable_progress_bar=False, enable_model_summary=False, default_root_dir=root,
+            **EXTRA))
+        trainer.fit(Module())
+''')
+
+
+def script(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "train.py"
+    path.write_text(text)
+    return path
+
+
+def run_trials(path: Path, trials: list[Trial], args: tuple[str, ...] = ()) -> tuple:
+    with Runner(path, list(args), deadline=time.monotonic() + 240) as runner:
+        results = runner.run(trials)
+        return results, runner
+
+
+@pytest.mark.parametrize("text", [HF_SCRIPT, LIGHTNING_SCRIPT], ids=["transformers", "lightning"])
+def test_each_trial_is_a_process_from_the_same_weights_and_batches(tmp_path, text):
+    trials = [Trial("defaults", Knobs(), check=True),
+              Trial("workers=1", Knobs(num_workers=1), check=True)]
+    (plain, workers), runner = run_trials(script(tmp_path, text), trials)
+    assert plain.status == workers.status == "ok", (plain.message, workers.message)
+    assert runner.processes_started == 2  # the trainer cannot change knobs inside train()
+    assert runner.facts.trials_per_process == 1
+    assert plain.step_s > 0 and len(plain.step_s_all) >= 9
+    # same reference weights, same seeded order: the knob cannot change the losses
+    assert plain.check_losses == workers.check_losses and len(plain.check_losses) == 3
+
+
+def test_a_value_the_user_set_is_a_fixed_knob_with_its_reason(tmp_path):
+    trials = [Trial("defaults", Knobs(), check=True)]
+    _, runner = run_trials(script(tmp_path, HF_SCRIPT), trials,
+                           ("1", "dataloader_num_workers=1"))
+    reasons = dict(runner.facts.fixed_reasons)
+    assert reasons["num_workers"] == "you set dataloader_num_workers=1 in TrainingArguments"
+    assert reasons["pin_memory"] == "batches stay on the CPU"
+
+
+def test_a_knob_the_trainer_cannot_take_fails_its_trial_not_silently(tmp_path):
+    trials = [Trial("amp", Knobs(amp_dtype="bfloat16"), check=True)]
+    (result,), _ = run_trials(script(tmp_path, LIGHTNING_SCRIPT), trials,
+                              ("1", "precision=32-true"))
+    assert result.status == "error"
+    assert result.message == ("amp_dtype cannot apply to this lightning trainer: you set "
+                              "precision='32-true'")
+
+
+def test_the_budget_prices_a_start_up_for_each_trial_of_a_trainer():
+    class Executor:
+        facts = ScriptFacts()
+        startup_s = 6.0
+
+        def time_left(self) -> float:
+            return 100.0
+
+        def live_process(self) -> bool:
+            return False
+
+    executor = Executor()
+    many = Budget(executor).trial_seconds()
+    executor.facts = ScriptFacts(trials_per_process=1)
+    assert Budget(executor).trial_seconds() == pytest.approx(many + 6.0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("text", "prep"), [(HF_SCRIPT, "150"), (LIGHTNING_SCRIPT, "60")],
+                         ids=["transformers", "lightning"])
+def test_autotune_on_an_input_bound_trainer_script(tmp_path, text, prep):
+    path = script(tmp_path, text)
+    output = tmp_path / "train.tuneup.json"
+    result = CliRunner().invoke(main, [
+        "autotune", str(path), "--budget", "75", "--only", "loader", "--format", "json",
+        "--output", str(output), "--", prep])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert summary["elapsed_s"] <= 75 + 15
+    assert summary["trials"][0]["status"] == "ok"
+    assert all(t["status"] in ("ok", "skipped", "budget") for t in summary["trials"])
+    settings = read(output)
+    assert settings.measured.effective_batch_size in (16, 32)
