@@ -98,12 +98,15 @@ def parse_memory(text: str | None) -> int | None:
 def autotune(script: Path, script_args: tuple[str, ...], budget: float, output: Path | None,
              expected_steps: int, only: str | None, skip: str | None, max_memory: str | None,
              nproc_per_node: int, output_format: str) -> None:
-    """Probe SCRIPT (which uses tuned_loader / tuned_loop) and write its fastest settings.
+    """Probe SCRIPT (which uses tuned_loader / tuned_loop, or tuned_trainer /
+    tuned_trainer_kwargs on a Trainer) and write its fastest settings.
 
     \b
     tuneup autotune train.py --budget 300 -- --batch-size 256
     tuneup autotune --nproc-per-node 4 train_ddp.py -- --epochs 1
-    Arguments after -- go to the script. See docs/autotune.md.
+    tuneup autotune train_hf.py -- --epochs 1   (a trial a process)
+    Arguments after -- go to the script. See docs/autotune.md and
+    docs/integrations.md.
     """
     if not script.is_file():
         raise UsageError(f"no such script: {script}")
