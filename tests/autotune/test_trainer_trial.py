@@ -24,13 +24,21 @@ pytest.importorskip("lightning")
 
 # the sample's work runs PREP times in Python: input-bound, as on-the-fly tokenising is
 HF_SCRIPT = textwrap.dedent('''
-    import sys, tempfile
+    import sys, tempfile, time
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
     from tuneup.integrations.transformers import tuned_trainer
 
     PREP = int(sys.argv[1]) if len(sys.argv) > 1 else 1
-    EXTRA = dict(arg.split("=") for arg in sys.argv[2:])
+    EXTRA = {k: int(v) if v.isdigit() else v for k, v in (a.split("=") for a in sys.argv[2:])}
+
+    class SlowEval(torch.utils.data.Dataset):  # an evaluation pass of about 0.8 s
+        def __len__(self):
+            return 8
+        def __getitem__(self, i):
+            time.sleep(0.1)
+            ids = torch.arange(16) % 32
+            return {"input_ids": ids, "labels": ids.clone()}
 
     class Tokens(torch.utils.data.Dataset):
         def __len__(self):
@@ -47,8 +55,10 @@ HF_SCRIPT = textwrap.dedent('''
         args = TrainingArguments(output_dir=out, per_device_train_batch_size=16,
                                  num_train_epochs=3, save_strategy="no", report_to=[],
                                  disable_tqdm=True, use_cpu=True, logging_steps=1000,
-                                 **{k: int(v) for k, v in EXTRA.items()})
-        trainer = tuned_trainer(Trainer(model=model, args=args, train_dataset=Tokens()))
+                                 **EXTRA)
+        evaluated = SlowEval() if "eval_strategy" in EXTRA else None
+        trainer = tuned_trainer(Trainer(model=model, args=args, train_dataset=Tokens(),
+                                        eval_dataset=evaluated))
         trainer.train()
 ''')
 
@@ -125,6 +135,14 @@ def test_a_value_the_user_set_is_a_fixed_knob_with_its_reason(tmp_path):
     reasons = dict(runner.facts.fixed_reasons)
     assert reasons["num_workers"] == "you set dataloader_num_workers=1 in TrainingArguments"
     assert reasons["pin_memory"] == "batches stay on the CPU"
+
+
+def test_evaluation_between_steps_is_not_timed_as_a_step(tmp_path):
+    trials = [Trial("defaults", Knobs(), check=True)]
+    (result,), _ = run_trials(script(tmp_path, HF_SCRIPT), trials,
+                              ("1", "eval_strategy=steps", "eval_steps=3"))
+    assert result.status == "ok", result.message
+    assert len(result.step_s_all) >= 9 and max(result.step_s_all) < 0.4  # eval takes 0.8 s
 
 
 def test_a_knob_the_trainer_cannot_take_fails_its_trial_not_silently(tmp_path):

@@ -195,6 +195,10 @@ class TrialSession(hooks.Observer):
         if self.trainer is not None:
             self.trainer.step(loss)
 
+    def trainer_paused(self, run: hooks.TrainerRun) -> None:
+        if self.trainer is not None:
+            self.trainer.paused = True
+
     def parent_gone(self) -> bool:
         """``tuneup autotune`` (or the process between it and this one) is gone."""
         return self.plan.parent_pid is not None and _parent_gone(self.plan.parent_pid,

@@ -55,6 +55,7 @@ class TrainerTrial:
         self.step_times: list[float] = []
         self.losses: list[float | None] = []
         self.first_of_run = True  # no earlier trial of this autotune run wrote the reference
+        self.paused = False  # evaluation or a checkpoint since the last step: not timed
 
     # -- the hooks, as the session passes them on ---------------------------------------
     def ready(self) -> None:
@@ -86,8 +87,9 @@ class TrainerTrial:
             if self.steps == plan.warmup_steps:
                 self.last = self._synchronized(now)
             return
-        self.step_times.append(now - self.last)
-        self.last = now
+        if not self.paused:
+            self.step_times.append(now - self.last)
+        self.last, self.paused = now, False
         if self._measured_enough() and len(self.losses) >= plan.check_steps:
             self.step_times[-1] += self._synchronized(now) - now
             self._end()

@@ -180,6 +180,15 @@ class TunedLoaders(pl.Callback):
         self.observer.trainer_step(self.run, sum(losses[1:], losses[0]) / len(losses)
                                    if losses else None)
 
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self.observer is not None:  # a validation pass inside the epoch: not a step's time
+            self.observer.trainer_paused(self.run)
+
+    def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
+                           checkpoint: dict[str, Any]) -> None:
+        if self.observer is not None:
+            self.observer.trainer_paused(self.run)
+
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if stage == "fit":
             vars(trainer.fit_loop._data_source).pop("dataloader", None)

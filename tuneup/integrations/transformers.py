@@ -173,6 +173,12 @@ def _report_steps(trainer: Trainer, observer: Any, run: Any) -> None:
             losses.clear()
             observer.trainer_step(run, loss)
 
+        def on_evaluate(self, *args: Any, **kwargs: Any) -> None:
+            observer.trainer_paused(run)
+
+        def on_save(self, *args: Any, **kwargs: Any) -> None:
+            observer.trainer_paused(run)
+
     trainer.training_step = counted
     trainer.add_callback(_Steps())
 

@@ -89,6 +89,10 @@ class Observer:
         """The trainer made an optimizer step; ``loss`` is its loss (a tensor, not synced) or
         None when the step did not report one."""
 
+    def trainer_paused(self, run: TrainerRun) -> None:
+        """The trainer did something that is not training (evaluation, a checkpoint): the
+        time until its next step is not a step's."""
+
 
 class _Observers(Observer):
     """Several observers seen as one: calls fan out in install order; streams chain."""
@@ -145,6 +149,10 @@ class _Observers(Observer):
     def trainer_step(self, run: TrainerRun, loss: Any) -> None:
         for member in self.members:
             member.trainer_step(run, loss)
+
+    def trainer_paused(self, run: TrainerRun) -> None:
+        for member in self.members:
+            member.trainer_paused(run)
 
 
 NOBODY = Observer()
