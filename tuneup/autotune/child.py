@@ -547,6 +547,8 @@ class TrialSession(hooks.Observer):
 
     def _record_failure(self, exc: BaseException) -> None:
         message = apply.one_line(exc)
+        if self.trainer is not None:
+            self.trainer.announce()  # a trainer's first step failed: its trial failed
         if self.trial_running:
             status = protocol.OOM if apply.is_out_of_memory(exc) else protocol.ERROR
             blocked = self.loop.micro_batch_blocked if self.loop is not None else None

@@ -14,6 +14,7 @@ first steps' losses are compared across trials like the plain loop's check losse
 
 from __future__ import annotations
 
+import math
 import os
 import random
 import sys
@@ -54,6 +55,7 @@ class TrainerTrial:
         self.warmup_s: float | None = None
         self.step_times: list[float] = []
         self.losses: list[float | None] = []
+        self.finite: Any = True  # every step's loss so far (a device flag: read once, at the end)
         self.first_of_run = True  # no earlier trial of this autotune run wrote the reference
         self.paused = False  # evaluation or a checkpoint since the last step: not timed
 
@@ -79,6 +81,8 @@ class TrainerTrial:
         if session.parent_gone():
             session.exit_reason = "parent-died"
             self._finish(protocol.EXIT_TRIAL_FAILED)
+        if isinstance(loss, torch.Tensor):
+            self.finite = self.finite & torch.isfinite(loss.detach()).all()
         if len(self.losses) < plan.check_steps:
             self.losses.append(float(loss) if loss is not None else None)
         if self.steps <= plan.warmup_steps:
@@ -86,6 +90,7 @@ class TrainerTrial:
                 self.warmup_s = now - self.started
             if self.steps == plan.warmup_steps:
                 self.last = self._synchronized(now)
+            self.paused = False  # a sanity check or a first evaluation is the warm-up's
             return
         if not self.paused:
             self.step_times.append(now - self.last)
@@ -95,12 +100,13 @@ class TrainerTrial:
             self._end()
 
     # -- the trial ------------------------------------------------------------------------
-    def _begin(self) -> None:
-        """The first step is done, so the trainer's loaders are known: say hello and start
-        the trial, or fail it when a knob it asks for could not apply (no silent fallback)."""
+    def announce(self) -> None:
+        """Say hello and start the trial (once): at the first step, or when the script fails
+        before it, so the failure counts as the trial's (an OOM there is the trial's OOM)."""
         session = self.session
+        if session.started:
+            return
         session.started = True
-        session.defaults = apply.process_defaults()
         self._hello()
         if self.entry is None:
             self._finish(protocol.EXIT_DONE)
@@ -108,6 +114,17 @@ class TrainerTrial:
         session.index = 0
         session.emit({"event": protocol.EVENT_TRIAL_START, "id": self.entry["id"],
                       "t": time.time()})
+
+    def _begin(self) -> None:
+        """The first step is done, so the trainer's loaders are known: say hello and start
+        the trial, or fail it when a knob it asks for could not apply (no silent fallback)
+        or the script runs under torchrun (each rank would end its window at another step)."""
+        session = self.session
+        self.announce()
+        if session.plan.ranks > 1:
+            self.run.unapplied.setdefault(
+                "nproc_per_node", "autotune runs a trainer's trials in one process: tune it "
+                "without --nproc-per-node")
         if self.run.unapplied:
             knob, why = next(iter(self.run.unapplied.items()))
             session.emit({"event": protocol.EVENT_TRIAL_END, "id": self.entry["id"],
@@ -166,12 +183,13 @@ class TrainerTrial:
         measured = sum(self.step_times)
         losses = [v for v in self.losses if v is not None]
         checked = bool(self.entry.get("check")) and len(losses) == len(self.losses) > 0
-        finite = all(map(_finite, losses))
-        batch = self.run.effective_batch or 0
+        finite = bool(self.finite) and all(map(math.isfinite, losses))
+        batch = self.run.samples_per_step
         self.session.emit({
             "event": protocol.EVENT_TRIAL_END, "id": self.entry["id"],
             "status": protocol.OK if finite else protocol.NONFINITE,
-            "samples_per_s": batch * len(self.step_times) / measured if measured else None,
+            "samples_per_s": (batch * len(self.step_times) / measured
+                              if measured and batch else None),
             "step_s": measured / len(self.step_times),
             "step_s_all": [round(t, 6) for t in self.step_times],
             "data_wait_share": None,  # the trainer fetches its batches inside its own step
@@ -189,7 +207,3 @@ class TrainerTrial:
         the trial's (the runner starts the next trial in a fresh process)."""
         self.session.emit({"event": protocol.EVENT_DONE})
         self.session.exit(code)
-
-
-def _finite(value: float) -> bool:
-    return value == value and value not in (float("inf"), float("-inf"))

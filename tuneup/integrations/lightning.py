@@ -63,16 +63,20 @@ def tuned_trainer_kwargs(**kwargs: Any) -> dict[str, Any]:
 
     hooks.install_from_environment()
     observer = hooks.current()
-    run = hooks.TrainerRun("lightning", device_type=_device_type(kwargs),
-                           fixed_reasons=_fixed_reasons(kwargs))
-    knobs = observer.trainer_knobs(run, apply.settings_knobs())
     observed = observer is not hooks.NOBODY
+    knobs = apply.settings_knobs()
     if not knobs.changed() and not observed:
         return kwargs
+    # unobserved, what the trainer is trained on is not read (it may touch CUDA)
+    run = hooks.TrainerRun("lightning")
+    if observed:
+        run = hooks.TrainerRun("lightning", device_type=_device_type(kwargs),
+                               fixed_reasons=_fixed_reasons(kwargs))
+        knobs = observer.trainer_knobs(run, knobs)
     tuned = dict(kwargs)
     spelled = knobs_as.as_lightning(knobs)
     if "precision" in spelled.arguments:
-        problem = _amp_problem(knobs.amp_dtype, run.device_type)
+        problem = _amp_problem(knobs.amp_dtype, _device_type(kwargs))
         if "precision" in kwargs:
             run.unapplied["amp_dtype"] = f"you set precision={kwargs['precision']!r}"
             store.warn(f"kept your precision={kwargs['precision']!r} over the settings file's "
@@ -87,7 +91,8 @@ def tuned_trainer_kwargs(**kwargs: Any) -> dict[str, Any]:
         store.warn(f"micro_batch_size={knobs.micro_batch_size} from the settings is not applied: "
                    f"{spelled.left_out['micro_batch_size']}; training on whole batches")
     tuned["callbacks"] = [*(kwargs.get("callbacks") or []),
-                          TunedLoaders(knobs, run, observer if observed else None)]
+                          TunedLoaders(knobs, run if observed else None,
+                                       observer if observed else None)]
     return tuned
 
 
@@ -153,6 +158,8 @@ class TunedLoaders(pl.Callback):
         if not (callable(getattr(source, "dataloader", None)) and hasattr(source, "__dict__")):
             store.warn("loader knobs not applied: this Lightning version requests its training "
                        "loaders in a way tuneup does not know")
+            self._loader_knobs_fixed("this Lightning version requests its loaders in a way "
+                                     "tuneup does not know")
             return
         vars(source).pop("dataloader", None)  # a fit that failed before teardown left one
         device = trainer.strategy.root_device
@@ -164,10 +171,14 @@ class TunedLoaders(pl.Callback):
 
         source.dataloader = tuned  # this fit's source only; teardown puts the method back
 
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.global_step = trainer.global_step  # a resumed fit starts past 0
+
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
                            outputs: Any, batch: Any, batch_idx: int) -> None:
         """An optimizer step is done when ``global_step`` moved (after every
-        ``accumulate_grad_batches`` batches): its loss is the mean of its batches'."""
+        ``accumulate_grad_batches`` batches): its loss is the sum of its batches' (each
+        already divided by the accumulation, as Lightning reports them)."""
         if self.observer is None:
             return
         loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
@@ -177,8 +188,7 @@ class TunedLoaders(pl.Callback):
             return
         self.global_step = trainer.global_step
         losses, self.step_losses = self.step_losses, []
-        self.observer.trainer_step(self.run, sum(losses[1:], losses[0]) / len(losses)
-                                   if losses else None)
+        self.observer.trainer_step(self.run, sum(losses[1:], losses[0]) if losses else None)
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self.observer is not None:  # a validation pass inside the epoch: not a step's time
@@ -201,29 +211,54 @@ class TunedLoaders(pl.Callback):
         combined = (loaders if isinstance(loaders, CombinedLoader)
                     else CombinedLoader(loaders, "max_size_cycle"))
         if self.run is not None and combined.flattened:
-            self._describe(combined.flattened[0])
+            self._describe(combined.flattened[0], reloads)
         combined.flattened = [self._rebuilt(loader, device, reloads)
                               for loader in combined.flattened]
         return combined
 
-    def _describe(self, loader: Any) -> None:
-        """What observers learn only from the loader: batch, dataset size, and the loader
-        values the user set (never tuned)."""
-        run, trainer_batch = self.run, getattr(loader, "batch_size", None)
-        run.effective_batch = trainer_batch * self.accumulate if trainer_batch else None
+    def _describe(self, loader: Any, reloads: bool) -> None:
+        """What observers learn only from the loader: batch, dataset size, and the knobs the
+        user's loader decides (values set on it; what its shuffling rules out)."""
+        run = self.run
+        batch = getattr(loader, "batch_size", None)
+        run.effective_batch = batch
+        run.samples_per_step = batch * self.accumulate if batch else None
         try:
             run.dataset_size = len(loader.dataset)
-        except TypeError:
+        except Exception:  # noqa: BLE001 - an iterable without a dataset, or without a length
             run.dataset_size = None
+        if type(loader) is not DataLoader or isinstance(getattr(loader, "dataset", None),
+                                                        IterableDataset):
+            self._loader_knobs_fixed(f"the training loader is a {type(loader).__name__}, which "
+                                     "tuneup does not rebuild")
+            return
         for knob, defaults in _PYTORCH_DEFAULTS.items():
             value = getattr(loader, knob, None)
             if value not in defaults and not (knob == "prefetch_factor" and not loader.num_workers):
                 run.fixed_reasons[knob] = f"you set {knob}={value!r} on the DataLoader"
+        if _shuffles(loader):
+            run.fixed_reasons.setdefault("persistent_workers", "the loader shuffles: they would "
+                                         "change the order from the second epoch")
+            if reloads:
+                run.fixed_reasons.setdefault("num_workers", "a shuffling loader reloaded each "
+                                             "epoch: workers would change the order")
+
+    def _loader_knobs_fixed(self, why: str) -> None:
+        """Under autotune: the loader knobs cannot apply here (not tuned; asked, the trial
+        fails rather than measure the defaults)."""
+        if self.run is None:
+            return
+        for knob in Knobs.LOADER:
+            self.run.fixed_reasons.setdefault(knob, why)
+            if getattr(self.knobs, knob) is not None:
+                self.run.unapplied.setdefault(knob, why)
 
     def _rebuilt(self, loader: Any, device: torch.device, reloads: bool) -> Any:
         """``loader`` with the loader knobs, or ``loader`` itself when it cannot be rebuilt
         without changing what it yields."""
         if type(loader) is not DataLoader or isinstance(loader.dataset, IterableDataset):
+            if not self.knobs.loader_kwargs():
+                return loader
             dataset = type(getattr(loader, "dataset", None)).__name__
             store.warn(f"loader knobs not applied to a training loader of type "
                        f"{type(loader).__name__} over {dataset}: tuneup rebuilds only a plain "
@@ -238,9 +273,7 @@ class TunedLoaders(pl.Callback):
                        + " over the settings file (values you set are never overridden)")
         if device.type != "cuda":
             tuned.pop("pin_memory", None)
-        # a batch sampler of one's own may draw its batches at random: counted as shuffling
-        shuffles = type(loader.batch_sampler) not in (BatchSampler, type(None)) or not isinstance(
-            loader.sampler, (SequentialSampler, DistributedSampler))
+        shuffles = _shuffles(loader)
         if shuffles and reloads and tuned.get("num_workers"):
             # Lightning makes two iterators of a reloaded loader past the first epoch and
             # drops the first; with workers that one already drew the shuffle order
@@ -267,16 +300,26 @@ class TunedLoaders(pl.Callback):
         return DataLoader(loader.dataset, **_batching(loader), **{**kwargs, **tuned})
 
 
+def _shuffles(loader: DataLoader) -> bool:
+    """The loader's order is drawn at random (a batch sampler of one's own may draw its
+    batches at random: counted as shuffling)."""
+    return type(loader.batch_sampler) not in (BatchSampler, type(None)) or not isinstance(
+        loader.sampler, (SequentialSampler, DistributedSampler))
+
+
 def _compile_parts(module: pl.LightningModule, mode: str, run: Any) -> None:
     """Compile ``module``'s direct submodules in place (``nn.Module.compile``): Lightning
     calls ``training_step``, not the module, so compiling the LightningModule itself would
     reach nothing its step calls; the submodules are what it runs. A module you compiled
     yourself is left as it is."""
-    if getattr(module, "_compiler_ctx", None) is not None:
-        store.warn(f"compile_mode={mode!r} from the settings not applied: you compiled the "
-                   f"module yourself")
+    problem = ("you compiled the module yourself"
+               if getattr(module, "_compiler_ctx", None) is not None
+               else None if hasattr(torch.nn.Module, "compile")
+               else f"torch {torch.__version__} has no nn.Module.compile (2.2 and later)")
+    if problem is not None:
+        store.warn(f"compile_mode={mode!r} from the settings not applied: {problem}")
         if run is not None:
-            run.unapplied["compile_mode"] = "the module is compiled by the script"
+            run.unapplied["compile_mode"] = problem
         return
     for part in module.children():
         part.compile(mode=mode)

@@ -52,12 +52,17 @@ def tuned_trainer(trainer: Trainer) -> Trainer:
 
     hooks.install_from_environment()
     observer = hooks.current()
-    run = _run_of(trainer)
-    knobs = observer.trainer_knobs(run, apply.settings_knobs())
+    knobs = apply.settings_knobs()
+    run = None
+    if observer is not hooks.NOBODY:  # unobserved, nothing but the settings is read
+        run = _run_of(trainer)
+        knobs = observer.trainer_knobs(run, knobs)
     if knobs.changed():
         apply.apply_process_knobs(knobs)
-        run.unapplied = _apply(trainer, knobs)
-    if observer is not hooks.NOBODY:
+        unapplied = _apply(trainer, knobs)
+        if run is not None:
+            run.unapplied = unapplied
+    if run is not None:
         _report_steps(trainer, observer, run)
     return trainer
 
@@ -115,7 +120,8 @@ def _run_of(trainer: Trainer) -> Any:
     dataset = trainer.train_dataset
     return TrainerRun(
         framework="transformers", device_type=args.device.type, model=trainer.model,
-        effective_batch=args.per_device_train_batch_size * args.gradient_accumulation_steps,
+        effective_batch=args.per_device_train_batch_size,  # what a micro-batch splits
+        samples_per_step=args.per_device_train_batch_size * args.gradient_accumulation_steps,
         dataset_size=len(dataset) if isinstance(dataset, Sized) else None,
         fixed_reasons=_fixed_reasons(trainer))
 
@@ -166,6 +172,7 @@ def _report_steps(trainer: Trainer, observer: Any, run: Any) -> None:
     class _Steps(TrainerCallback):  # type: ignore[misc]
         def on_train_begin(self, *args: Any, **kwargs: Any) -> None:
             losses.clear()
+            run.model = kwargs.get("model") or run.model  # a model_init builds it in train()
             observer.trainer_ready(run)
 
         def on_step_end(self, *args: Any, **kwargs: Any) -> None:

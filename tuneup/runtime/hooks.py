@@ -5,7 +5,7 @@ Observers — the autotune child, the watcher's feed, online adaptation — subc
 :class:`Observer`, override what they need, and are installed by whoever starts the script:
 in-process with :func:`install`, or from outside through ``TUNEUP_OBSERVERS`` (comma-separated
 ``module:function`` entries, each function returning an :class:`Observer`), read when the
-first loop or loader is created. This is Lightning's shape: the trainer calls callbacks, the
+first loop or loader is created, or a trainer integration runs. This is Lightning's shape: the trainer calls callbacks, the
 tuner installs one, and the trainer never imports the tuner.
 
 With no observer installed :func:`current` is :data:`NOBODY`, and the runtime skips every call:
@@ -41,7 +41,8 @@ class TrainerRun:
     framework: str  # "transformers" | "lightning"
     device_type: str = "cpu"
     model: torch.nn.Module | None = None
-    effective_batch: int | None = None  # samples per optimizer step, per process
+    effective_batch: int | None = None  # the batch one forward/backward takes, per process
+    samples_per_step: int | None = None  # per optimizer step: the batch x its accumulation
     dataset_size: int | None = None
     fixed_reasons: dict[str, str] = field(default_factory=dict)  # knob -> why it is not tuned
     unapplied: dict[str, str] = field(default_factory=dict)  # knob asked for -> why it is not
