@@ -13,6 +13,7 @@ import pytest
 
 from tuneup.site import SITE_DIR
 from tuneup.watch import feed
+from tuneup.watch.plain_probe import trainer_on_stack
 
 SCRIPT = textwrap.dedent("""
     import sys, time
@@ -111,3 +112,38 @@ def test_the_wrappers_feed_wins_over_the_probe(tmp_path, base_env):
     assert done.returncode == 0, done.stderr
     (record,) = feed.read(tmp_path)
     assert record.steps == 4 and record.device == "cpu"  # the loop's figures, not the probe's
+
+
+def test_a_job_that_loaded_the_feed_but_iterates_plain_dataloaders_is_measured(tmp_path,
+                                                                               base_env):
+    """A ``tuned_trainer`` job loads tuneup's runtime and the feed observer, whose feed then
+    follows no ``tuned_loader`` and publishes nothing: the probe measures it. Its batches come
+    from a batch sampler (as accelerate batches a Trainer's): their samples are counted."""
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent("""
+        import time, torch
+        from torch.utils.data import BatchSampler, DataLoader, SequentialSampler, TensorDataset
+        from tuneup.runtime import hooks
+        hooks.install_from_environment()  # what tuned_trainer / tuned_trainer_kwargs do
+        data = TensorDataset(torch.randn(40, 4))
+        for (x,) in DataLoader(data, batch_sampler=BatchSampler(SequentialSampler(data), 8, False)):
+            time.sleep(0.002)
+    """))
+    env = {**probed(base_env, tmp_path), "TUNEUP_OBSERVERS": feed.OBSERVER}
+    done = run(script, env)
+    assert done.returncode == 0, done.stderr
+    (record,) = feed.read(tmp_path)
+    assert (record.steps, record.samples, record.batch_size) == (5, 40, 8)
+    assert record.trainer is None and record.device is None  # the probe's, not the loop's
+
+
+def test_the_trainer_named_is_the_one_whose_code_iterates():
+    namespace = {"__name__": "lightning.pytorch.loops.fetchers",
+                 "look": lambda: trainer_on_stack(sys._getframe(1))}
+    exec("def fetch():\n    return look()\n", namespace)  # a frame of Lightning's loop
+    assert namespace["fetch"]() == "lightning"
+    namespace["__name__"] = "transformers.trainer"
+    assert namespace["fetch"]() == "transformers"
+    namespace["__name__"] = "lightning_utilities.core"  # a name that only starts alike
+    assert namespace["fetch"]() is None
+    assert trainer_on_stack(sys._getframe()) is None  # a loop of the script's own

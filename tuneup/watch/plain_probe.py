@@ -10,9 +10,12 @@ as ``<pid>.json`` in ``TUNEUP_WATCH_FEED``, so the watcher tells input-bound fro
 compute-bound on scripts nobody changed.
 
 It changes nothing the script computes: no random draw, no batch touched, the iterator's own
-``__next__`` called as it was; it prints nothing. A process that uses tuneup's wrappers
-publishes through their feed instead (the probe stands down). Cost: two clock reads and a
-few additions per batch.
+``__next__`` called as it was; it prints nothing. A process whose ``tuned_loader`` the
+wrappers' feed follows publishes through that feed instead (the probe stands down); one that
+only loaded tuneup (a ``Trainer`` with ``tuned_trainer``, say, which iterates plain
+DataLoaders) is measured by the probe. The record names the trainer whose code iterates the
+DataLoader (``"trainer"``: ``"transformers"``, ``"lightning"`` or null), read from the stack
+once a publish. Cost: two clock reads and a few additions per batch.
 """
 
 from __future__ import annotations
@@ -31,6 +34,9 @@ from tuneup.site import ENV_FEED
 
 TARGET = "torch.utils.data.dataloader"
 PERIOD_S = 1.0
+# the trainer whose loop iterates the DataLoader, by the module of a frame on the stack
+TRAINERS = (("transformers.", "transformers"), ("lightning.", "lightning"),
+            ("pytorch_lightning.", "lightning"))
 
 
 @dataclasses.dataclass
@@ -44,6 +50,41 @@ class Counters:
     batches: int = 0
     samples: int = 0
     due: float = 0.0
+    trainer: str | None = None  # the latest one seen iterating
+
+
+def trainer_on_stack(frame: Any) -> str | None:
+    """The trainer (transformers, Lightning) one of whose frames is on the stack from
+    ``frame`` up, or ``None``: the code that iterates the DataLoader says which trainer runs
+    the job, where the modules loaded would not (a Lightning job may import transformers
+    for its model)."""
+    while frame is not None:
+        module = frame.f_globals.get("__name__") or ""
+        for prefix, trainer in TRAINERS:
+            if module.startswith(prefix):
+                return trainer
+        frame = frame.f_back
+    return None
+
+
+def batch_size(loader: Any) -> int | None:
+    """Samples a batch of ``loader`` holds: its ``batch_size``, else its batch sampler's
+    (accelerate, which runs the transformers ``Trainer``, batches through a sampler)."""
+    size = getattr(loader, "batch_size", None)
+    if size is None:
+        size = getattr(getattr(loader, "batch_sampler", None), "batch_size", None)
+    return size if isinstance(size, int) else None
+
+
+def _feed_follows_a_loader() -> bool:
+    """tuneup's wrappers publish this process's figures: their feed is installed and follows
+    a ``tuned_loader``. Loaded alone (a ``tuned_trainer`` job) it publishes nothing, so the
+    probe does."""
+    feed, hooks = sys.modules.get("tuneup.watch.feed"), sys.modules.get("tuneup.runtime.hooks")
+    if feed is None or hooks is None:
+        return False
+    return any(isinstance(observer, feed.Feed) and observer.loader is not None
+               for observer in getattr(hooks, "_installed", ()))
 
 
 class _Probe:
@@ -60,7 +101,7 @@ class _Probe:
 
         def __init__(iterator: Any, loader: Any) -> None:
             original_init(iterator, loader)
-            iterator._tuneup_loader = loader
+            iterator._tuneup_batch = batch_size(loader) or 1
             if probe.counters.loader is None:
                 probe.counters.loader = loader
 
@@ -80,18 +121,18 @@ class _Probe:
         counters.latest = ended
         counters.data_wait_s += ended - started
         counters.batches += 1
-        loader = getattr(iterator, "_tuneup_loader", None)
-        counters.samples += (getattr(loader, "batch_size", None) or 1)
-        if ended >= counters.due:
+        counters.samples += getattr(iterator, "_tuneup_batch", 1)
+        if ended >= counters.due:  # at the first batch, then once a period
+            counters.due = ended + PERIOD_S
+            counters.trainer = trainer_on_stack(sys._getframe(1)) or counters.trainer
             self.publish()
 
     def publish(self) -> None:
         """The counters as a feed record, replaced atomically; silent on failure (the job's
         training matters more than its watcher)."""
         counters = self.counters
-        if self.broken or counters.started is None or "tuneup.watch.feed" in sys.modules:
+        if self.broken or counters.started is None or _feed_follows_a_loader():
             return  # nothing yet, or tuneup's wrappers publish through their own feed
-        counters.due = time.perf_counter() + PERIOD_S
         loader = counters.loader
         torch = sys.modules.get("torch")
         record = {
@@ -101,8 +142,9 @@ class _Probe:
             "num_workers": getattr(loader, "num_workers", None),
             "pin_memory": bool(getattr(loader, "pin_memory", False)),
             "prefetch_factor": getattr(loader, "prefetch_factor", None),
-            "batch_size": getattr(loader, "batch_size", None),
+            "batch_size": batch_size(loader),
             "torch_threads": torch.get_num_threads() if torch is not None else None,
+            "trainer": counters.trainer,
         }
         try:
             from tuneup.files import write_atomic

@@ -80,6 +80,7 @@ class RuntimeSample:
     prefetch_factor: int | None = None
     batch_size: int | None = None
     torch_threads: int | None = None
+    trainer: str | None = None  # the plain-DataLoader probe: "transformers", "lightning"
 
 
 @dataclass(frozen=True)

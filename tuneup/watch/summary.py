@@ -92,10 +92,18 @@ def build(samples: Sequence[Sample], final: Sequence[RuntimeSample], *,
         "command": list(command) if command is not None else None, "pid": pid,
         "exit_status": exit_status, "duration_s": round(duration_s, 2),
         "interval_s": interval_s, "samples": len(samples),
+        "trainer": trainer(figures),
         "verdict": verdict.to_dict() if verdict is not None else None,
         "figures": _figures_dict(figures) if figures is not None else None,
         "notes": list(notes), "timeline": timeline(samples),
     }
+
+
+def trainer(figures: Figures | None) -> str | None:
+    """The trainer whose loop iterated the DataLoader ("transformers", "lightning"), as the
+    plain-DataLoader probe saw it; ``None`` for a loop of the script's own, or no probe."""
+    runtime = figures.runtime if figures is not None else None
+    return runtime.trainer if runtime is not None else None
 
 
 def write(summary: dict[str, Any], path: Path) -> None:
@@ -113,6 +121,9 @@ def print_text(console: Console, summary: dict[str, Any]) -> None:
     rows.add_column(style="bold", no_wrap=True)
     rows.add_column()
     verdict = summary["verdict"]
+    if summary.get("trainer"):
+        rows.add_row("trainer", Text(f"{summary['trainer']} (its DataLoader timed by the "
+                                     "plain-DataLoader probe)"))
     if verdict is None:
         rows.add_row("verdict", Text("none: the job ended before the first sample"))
     else:

@@ -105,6 +105,8 @@ def loop_line(figures: Figures | None) -> str:
             f"{_share(figures.copy_share)} · {figures.samples_per_s or 0:.0f} samples/s")
     if figures.runtime is not None:
         text += f" · num_workers {figures.runtime.num_workers}"
+        if figures.runtime.trainer:
+            text += f" · {figures.runtime.trainer} Trainer"
     return text
 
 
