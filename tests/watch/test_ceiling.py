@@ -65,8 +65,8 @@ def test_compute_bound_has_nothing_to_gain_from_the_input_side():
                                   "makes it faster")
     unfed = recorded("compute-bound", runtime=None)
     assert unfed["speedup_at_most"] == 1.0 and "nothing to gain" in unfed["why"]
-    guessed = decide(reduce(cpu_window(99.0, [])))  # process CPU only: a guess
-    assert guessed.kind == "compute-bound" and guessed.ceiling.speedup_at_most is None
+    unknown = decide(reduce(cpu_window(99.0, [])))  # a busy process alone: no claim, no bound
+    assert unknown.kind == "undetermined" and unknown.ceiling.speedup_at_most is None
 
 
 def test_host_overhead_bounds_by_how_busy_the_gpu_is():

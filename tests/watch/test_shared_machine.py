@@ -267,8 +267,8 @@ def test_no_compute_bound_without_a_measurement_behind_it():
     assert "no runtime feed" in half_busy.reason and "py-spy" in half_busy.reason
     assert "tuneup watch -- python train.py" in half_busy.action
     assert "tuneup[stacks]" in half_busy.action
-    busy = decide(reduce(cpu_only(99.0)))
-    assert busy.kind == "compute-bound" and busy.evidence["basis"] == "process CPU only"
+    busy = decide(reduce(cpu_only(99.0)))  # busy may be loading: still no claim
+    assert busy.kind == "undetermined"
 
 
 # -- 4. the metrics endpoint -----------------------------------------------------------------

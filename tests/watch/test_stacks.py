@@ -205,10 +205,7 @@ def test_a_watched_job_without_py_spy_keeps_the_cpu_verdict_and_says_what_to_ins
                                        "--", sys.executable, "-c", job])
     assert result.exit_code == 0, result.output
     data = json.loads(summary.read_text())
-    if data["verdict"]["kind"] == "compute-bound":  # measured busy: said as a guess
-        assert data["verdict"]["evidence"]["basis"] == "process CPU only"
-    else:  # below a busy core on a loaded machine: no claim without a measurement
-        assert data["verdict"]["kind"] == "undetermined"
+    assert data["verdict"]["kind"] == "undetermined"  # no claim without a measurement
     assert stacks.INSTALL_NOTE in data["notes"]
     assert "note     py-spy is not installed" in result.output
 

@@ -33,7 +33,6 @@ from tuneup.watch.samples import Sample
 from tuneup.watch.serve import Exporter, JobView, check_address
 from tuneup.watch.stacks import StackSampler, find_py_spy
 from tuneup.watch.state import StateDir
-from tuneup.watch.verdict import CPU_ONLY
 from tuneup.watch.view import LiveView, PlainView, block_height
 
 MIN_INTERVAL_S = 0.1
@@ -237,8 +236,7 @@ def _watch(job: Job, interval: float, stream: Any, output_format: str,
         interval_s=interval, notes=notes, script=recent.script)
     stopped_by = received[0] if isinstance(job, AttachedJob) and received else None
     verdict = result["verdict"]
-    if stacks.note and verdict is not None and (
-            verdict["kind"] == "undetermined" or verdict["evidence"].get("basis") == CPU_ONLY):
+    if stacks.note and verdict is not None and verdict["kind"] == "undetermined":
         # said only when it mattered: py-spy also runs before a feed, a GPU or workers appear
         result["notes"].append(stacks.note)
     return result, stopped_by

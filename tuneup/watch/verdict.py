@@ -39,7 +39,6 @@ GPU_BUSY = 90.0  # % of the time a kernel runs: the GPU itself is the limit
 SM_BUSY = 80.0
 GPU_WORKING = 50.0  # below this, low clocks are the GPU resting, not throttling
 IDLE = 5.0  # % of one core for the whole job, and % GPU utilisation
-CORE_BUSY = 85.0  # % of one core: a process "at 100 %"
 WORKER_SATURATED = 80.0  # % of one core, each DataLoader worker on average
 STALL = STALL_HINT  # share of the loop's time spent waiting for data (the runtime's own hint)
 COPY_SHARE = 0.15  # share of the loop's time spent copying batches to the GPU
@@ -52,7 +51,6 @@ SWAP_BYTES_S = 1 << 20  # swapped in + out per second
 GPU_MEMORY_FULL = 0.95
 HOST_MEMORY_LOW = 0.05  # available share of RAM
 IOWAIT = 20.0  # % of CPU time waiting for storage
-CPU_ONLY = "process CPU only"  # the basis of a verdict that could not tell loading from compute
 STACKS = "py-spy stacks"  # ... that py-spy's samples of the training thread told apart
 SM_ACTIVITY, UTILIZATION = "sm_activity", "utilization"  # the basis of "the GPU is busy"
 BUSY_AT = {SM_ACTIVITY: SM_BUSY, UTILIZATION: GPU_BUSY}
@@ -420,8 +418,8 @@ def host_bound(f: Figures, script: str) -> Verdict | None:
 
 def compute_bound_cpu(f: Figures, script: str) -> Verdict | None:
     """No GPU: the loop waits little for data (runtime feed, or the training thread's stacks),
-    or its workers keep up; with none of these, a training process measured busy is all
-    there is (said as a guess). Nothing measured, or a process that is not busy: no claim."""
+    or its workers keep up. A busy process alone is no claim: it may be loading its data
+    (a job without workers decoding images runs at 100 % too)."""
     evidence: dict[str, Any] = {
         "data_wait_share": rounded(f.data_wait_share, 3), "main_cpu_percent": rounded(f.main_cpu),
         "workers": f.workers, "worker_cpu_percent": rounded(f.worker_cpu),
@@ -435,10 +433,6 @@ def compute_bound_cpu(f: Figures, script: str) -> Verdict | None:
         reason = (f"the training thread is in the DataLoader only {f.loading_share:.0%} of the "
                   f"time ({STACKS})")
         evidence.update(loading_share=rounded(f.loading_share, 3), basis=STACKS)
-    elif f.main_cpu is not None and f.main_cpu >= CORE_BUSY and not f.workers:
-        reason = (f"the main process computes at {f.main_cpu:.0f} % of a core; with no "
-                  "DataLoader workers and no runtime feed, loading cannot be told from compute")
-        evidence["basis"] = CPU_ONLY
     else:
         return None
     return Verdict("compute-bound", reason, evidence,
@@ -453,9 +447,9 @@ def undetermined(f: Figures, script: str) -> Verdict:
         missing = "no CPU reading of the job: its processes were not sampled twice"
         action = "watch it for longer (a shorter --interval reads it sooner)"
     else:
-        missing = (f"the main process runs at {f.main_cpu or 0.0:.0f} % of a core, not busy "
-                   "computing, and with no runtime feed, no DataLoader workers measured and no "
-                   "py-spy stacks, loading cannot be told from compute or waiting")
+        missing = (f"the main process runs at {f.main_cpu or 0.0:.0f} % of a core, and with no "
+                   "runtime feed, no DataLoader workers measured and no py-spy stacks, loading "
+                   "cannot be told from compute or waiting")
         action = (f"run it under `tuneup watch -- python {script}` (its DataLoader is then "
                   "measured without a code change; a job that iterates none has no data wait "
                   "to measure), or install py-spy: pip install 'tuneup[stacks]'")
@@ -508,9 +502,6 @@ def _compute_ceiling(f: Figures, v: Verdict) -> Ceiling:
     """Nothing from the input side (at most what the little wait measured gives): only
     faster compute makes the job faster."""
     faster = "only faster compute (less work per step, AMP, compile) makes it faster"
-    if v.evidence.get("basis") == CPU_ONLY:
-        return Ceiling(None, INPUT_SIDE, "loading could not be told from compute (process CPU "
-                       "only): nothing bounds what the input side gives")
     waited = _waited(f, v)
     if waited is None:
         return Ceiling(1.0, INPUT_SIDE, f"the GPU is the limit: nothing to gain from the input "
