@@ -71,13 +71,8 @@ SLOW_READS = textwrap.dedent("""
 """)
 
 
-def test_attaching_to_a_job_started_with_the_feed_reads_its_figures(tmp_path):
-    script = tmp_path / "slow_reads.py"
-    script.write_text(SLOW_READS)
-    directory = tmp_path / "feed"
-    directory.mkdir()
-    env = {**os.environ, ENV_OBSERVERS: feed.OBSERVER, feed.ENV_FEED: str(directory)}
-    job = subprocess.Popen([sys.executable, str(script)], env=env)
+def watch_attached(tmp_path: Path, job: subprocess.Popen) -> dict:
+    """The summary of ``tuneup watch --pid`` on ``job``, which it waits for."""
     try:
         summary = tmp_path / "summary.json"
         result = CliRunner().invoke(main, ["watch", "--pid", str(job.pid), "--interval", "0.25",
@@ -85,10 +80,37 @@ def test_attaching_to_a_job_started_with_the_feed_reads_its_figures(tmp_path):
     finally:
         job.wait()
     assert result.exit_code == 0, result.output
-    data = json.loads(summary.read_text())
+    return json.loads(summary.read_text())
+
+
+def test_attaching_to_a_job_started_with_the_feed_reads_its_figures(tmp_path):
+    script = tmp_path / "slow_reads.py"
+    script.write_text(SLOW_READS)
+    directory = tmp_path / "feed"
+    directory.mkdir()
+    env = {**os.environ, ENV_OBSERVERS: feed.OBSERVER, feed.ENV_FEED: str(directory)}
+    job = subprocess.Popen([sys.executable, str(script)], env=env)
+    data = watch_attached(tmp_path, job)
     assert data["verdict"]["kind"] == "input-bound", data
     assert data["verdict"]["evidence"]["data_wait_share"] > 0.5
     assert data["figures"]["steps"] == 8  # the final counters, written as the job exited
+    assert not any(note.startswith("no runtime feed") for note in data["notes"])
+
+
+def test_a_job_attached_before_it_execs_still_gets_its_feed_read(tmp_path):
+    """Between fork and exec a process shows its parent's environment: the watcher reads
+    the job's again until the feed appears (CI caught the race on a loaded machine)."""
+    script = tmp_path / "slow_reads.py"
+    script.write_text(SLOW_READS)
+    directory = tmp_path / "feed"
+    directory.mkdir()
+    env = {**os.environ, ENV_OBSERVERS: feed.OBSERVER, feed.ENV_FEED: str(directory)}
+    later = ("import os, sys, time; time.sleep(1.0); "
+             f"os.execve(sys.executable, [sys.executable, {str(script)!r}], {env!r})")
+    job = subprocess.Popen([sys.executable, "-c", later])  # no feed until it execs
+    data = watch_attached(tmp_path, job)
+    assert data["verdict"]["evidence"]["data_wait_share"] > 0.5, data
+    assert data["figures"]["steps"] == 8
     assert not any(note.startswith("no runtime feed") for note in data["notes"])
 
 

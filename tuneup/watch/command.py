@@ -201,9 +201,6 @@ def _watch(job: Job, interval: float, stream: Any, output_format: str,
         raise UsageError(f"cannot watch process {job.pid}: {exc}") from None
     stacks = StackSampler(find_py_spy())
     sampler = Sampler(tree, Host(probe_cpu().usable_cores), gpus, job.feed_directory, stacks)
-    if job.feed_directory is None:
-        notes.append("no runtime feed: the job was not started by `tuneup watch -- ...` with "
-                     "tuned_loader, so the data wait is not measured")
     samples: list[Sample] = []
     recent = Recent(job.command)
     live = output_format == "text" and stream.isatty() and os.environ.get("TERM") != "dumb"
@@ -213,6 +210,7 @@ def _watch(job: Job, interval: float, stream: Any, output_format: str,
     try:
         with _signals_passed_on(job, received), view:
             while not job.wait(interval):
+                sampler.feed_directory = job.feed_directory
                 samples.append(sampler.sample())
                 verdict = recent.add(samples[-1])
                 view.show(samples[-1], recent.figures, verdict)
@@ -230,6 +228,9 @@ def _watch(job: Job, interval: float, stream: Any, output_format: str,
     if tail is not None and samples:  # the stacks of the job's last seconds join the last sample
         before = samples[-1].stacks
         samples[-1] = dataclasses.replace(samples[-1], stacks=tail + before if before else tail)
+    if job.feed_directory is None:
+        notes.append("no runtime feed: the job was not started by `tuneup watch -- ...`, so "
+                     "the data wait is not measured")
     result = summaries.build(
         samples, sampler.runtime(), command=job.command, pid=job.pid,
         exit_status=job.exit_status(), duration_s=time.monotonic() - started,

@@ -142,18 +142,21 @@ class AttachedJob:
         except psutil.Error as exc:
             raise UsageError(f"--pid {pid}: cannot watch it ({exc})") from None
         self.pid = pid
-        self.feed_directory = self._feed_directory()
+        self._feed: Path | None = None
 
-    def _feed_directory(self) -> Path | None:
+    @property
+    def feed_directory(self) -> Path | None:
         """The feed of a job started with the watcher's observer and directory in its
-        environment (readable for one's own processes only)."""
-        try:
-            environ = self.process.environ()
-        except psutil.Error:
-            return None
-        if feed.OBSERVER not in environ.get(ENV_OBSERVERS, "") or not environ.get(feed.ENV_FEED):
-            return None
-        return Path(environ[feed.ENV_FEED])
+        environment (readable for one's own processes only). Read again until found: a
+        process caught between fork and exec still shows its parent's environment."""
+        if self._feed is None:
+            try:
+                environ = self.process.environ()
+            except psutil.Error:
+                return None
+            if feed.OBSERVER in environ.get(ENV_OBSERVERS, "") and environ.get(feed.ENV_FEED):
+                self._feed = Path(environ[feed.ENV_FEED])
+        return self._feed
 
     def wait(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds; True once the process has exited, a zombie its

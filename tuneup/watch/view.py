@@ -100,7 +100,8 @@ def loop_line(figures: Figures | None) -> str:
         return (f"loop in the DataLoader {_share(figures.loading_share)} of the time "
                 "(py-spy stacks; no runtime feed)")
     if figures is None or figures.data_wait_share is None:
-        return "loop no runtime feed (the script does not use tuned_loader, or has not started)"
+        return ("loop no runtime feed (no DataLoader iterated yet, or the job was not started by "
+                "`tuneup watch -- ...`)")
     text = (f"loop data wait {_share(figures.data_wait_share)} · copies "
             f"{_share(figures.copy_share)} · {figures.samples_per_s or 0:.0f} samples/s")
     if figures.runtime is not None:
