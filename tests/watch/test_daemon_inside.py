@@ -239,3 +239,27 @@ def test_a_process_caught_inside_exec_is_read_again_next_tick(spawn):
     assert finder.find() == []
     caught[0] = False
     assert [f.pid for f in finder.find()] == [job.pid]
+
+
+FORKS_THEN_EXECS = ("import os, sys, time\n"
+                    "child = os.fork()\n"
+                    "if child == 0:\n"
+                    "    time.sleep(1.5)\n"
+                    "    os.execv(sys.executable, [sys.executable, '-c', "
+                    "'import tuneup, time; time.sleep(60)'])\n"
+                    "print(child, flush=True)\n"
+                    "time.sleep(60)\n")
+
+
+def test_a_fork_is_read_again_once_it_execs_into_a_job(spawn):
+    """Between fork and exec a process shows its parent's command line and environment:
+    decided then, a job started from a shell or a launcher would be missed for good."""
+    launcher = spawn(FORKS_THEN_EXECS, stdout=subprocess.PIPE, text=True)
+    child = int(launcher.stdout.readline())
+    finder = finder_for(launcher.pid, child)
+    assert finder.find() == []
+    deadline = time.monotonic() + 30
+    while psutil.Process(child).cmdline() == psutil.Process(launcher.pid).cmdline():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert [(f.pid, f.found_by) for f in finder.find()] == [(child, IMPORTS)]

@@ -8,8 +8,9 @@ launcher) belong to its process tree, not to jobs of their own; tuneup's own com
 daemon, ``tuneup watch``, ``tuneup autotune``) are never jobs. A Python process whose
 environment cannot be read (another user's) is skipped and said once per user.
 
-What a process is does not change while it runs, so each is read once, when first seen;
-only the GPU list is asked again every tick. A job's script is another user's file: it is
+What a process is does not change once it has exec'd, so each is read once, when first
+seen; a fork that has not exec'd (its parent's command line, its parent's environment) and
+one caught inside ``exec`` are read again next tick, and the GPU list every tick. A job's script is another user's file: it is
 read through :func:`~tuneup.watch.safe_files.read_regular` (no link followed, a named pipe
 never waited on, a bounded read), so no job can stall the daemon.
 """
@@ -152,6 +153,8 @@ class Finder:
             if not cmdline and name.startswith("python") and (
                     process.status() != psutil.STATUS_ZOMBIE):
                 raise _NotYet  # kernel threads too have no command line, but other names
+            if cmdline and self._forked(process.ppid(), cmdline):
+                raise _NotYet  # it may exec into a job yet: read it again next tick
             if not is_python(name, cmdline) or is_tuneup_tool(cmdline):
                 return None
             user = _user(process)
@@ -171,6 +174,15 @@ class Finder:
             marked = None
         return _Seen(command=tuple(cmdline), user=user, marked=marked,
                      feed_directory=feed_directory(environ))
+
+    def _forked(self, parent: int, cmdline: list[str]) -> bool:
+        """A process with its parent's command line is a fork that has not exec'd (a shell
+        starting ``python train.py``, a Python launcher) or never will (a DataLoader
+        worker, which belongs to its parent's tree anyway)."""
+        try:
+            return bool(parent) and self.open_process(parent).cmdline() == cmdline
+        except psutil.Error:
+            return False
 
     def _denied(self, user: str | None) -> None:
         name = user or "another user"
