@@ -286,24 +286,29 @@ class TrialSession(hooks.Observer):
     def _hello(self) -> None:
         loop, loader = self.loop, self.loader
         reasons = {**loader.fixed_reasons, **self.script_pins(), **self._other_loops()}
+        self.say_hello(
+            loop.device, reasons, amp_dtypes_here(loop.device.type, reasons),
+            effective_batch=loader.dataloader.batch_size, dataset_size=_length(loader.dataset),
+            usable_cores=max(1, usable_cores() // (distributed.local_world_size()
+                                                   if self.plan.ranks > 1 else 1)),
+            ranks=_world_size(), shuffles=loader.shuffles,
+            waits_for_next_plan=self.plan.waits_for_next_plan)
+
+    def say_hello(self, device: torch.device, reasons: dict[str, str], dtypes: list[str],
+                  **facts: Any) -> None:
+        """The hello event: the script's ``facts`` and the fields every child says the same
+        way (the plain loop's child and a trainer's), so the two cannot drift apart."""
+        reasons = dict(reasons)
         fixed = sorted(reasons)
-        dtypes = amp_dtypes_here(loop.device.type, reasons)
         if self.malloc_problem is not None:
             reasons["fixed_malloc_thresholds"] = self.malloc_problem
         self.emit({
             "event": protocol.EVENT_HELLO, "protocol": protocol.PROTOCOL, "pid": os.getpid(),
-            "device": loop.device.type, "effective_batch": loader.dataloader.batch_size,
-            "dataset_size": _length(loader.dataset), "amp_dtypes": dtypes,
-            "compile_available": compile_available(loop.device),
+            "device": device.type, "amp_dtypes": dtypes,
+            "compile_available": compile_available(device),
             "every_trial": {} if self.malloc_problem else {"fixed_malloc_thresholds": True},
-            "cpu_threads": self.defaults.cpu_threads,
-            "usable_cores": max(1, usable_cores() // (distributed.local_world_size()
-                                                       if self.plan.ranks > 1 else 1)),
-            "ranks": _world_size(),
-            "fixed_knobs": fixed,
-            "fixed_reasons": reasons,
-            "shuffles": loader.shuffles,
-            "waits_for_next_plan": self.plan.waits_for_next_plan,
+            "cpu_threads": self.defaults.cpu_threads, "fixed_knobs": fixed,
+            "fixed_reasons": reasons, **facts,
         })
 
     def _other_loops(self) -> dict[str, str]:

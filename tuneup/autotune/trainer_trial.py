@@ -15,7 +15,6 @@ first steps' losses are compared across trials like the plain loop's check losse
 from __future__ import annotations
 
 import math
-import os
 import random
 import sys
 import time
@@ -26,7 +25,6 @@ import torch
 from tuneup.autotune import protocol
 from tuneup.autotune.child_facts import (
     amp_dtypes_here,
-    compile_available,
     save_atomically,
     usable_cores,
 )
@@ -138,17 +136,10 @@ class TrainerTrial:
         reasons = {**run.fixed_reasons, **session.script_pins()}
         # measured once a run (only the first hello is read)
         dtypes = amp_dtypes_here(run.device_type, reasons, measure=self.first_of_run)
-        session.emit({
-            "event": protocol.EVENT_HELLO, "protocol": protocol.PROTOCOL, "pid": os.getpid(),
-            "device": run.device_type, "effective_batch": run.effective_batch,
-            "dataset_size": run.dataset_size, "amp_dtypes": dtypes,
-            "compile_available": compile_available(torch.device(run.device_type)),
-            "every_trial": {} if session.malloc_problem else {"fixed_malloc_thresholds": True},
-            "cpu_threads": session.defaults.cpu_threads, "usable_cores": usable_cores(),
-            "ranks": 1, "fixed_knobs": sorted(reasons), "fixed_reasons": reasons,
-            "shuffles": True, "waits_for_next_plan": False, "trials_per_process": 1,
-            "trainer": run.framework,
-        })
+        session.say_hello(
+            torch.device(run.device_type), reasons, dtypes, effective_batch=run.effective_batch,
+            dataset_size=run.dataset_size, usable_cores=usable_cores(), ranks=1, shuffles=True,
+            waits_for_next_plan=False, trials_per_process=1, trainer=run.framework)
 
     def _same_start(self) -> None:
         """The run's reference weights (the first trial's process writes them), and seeded
