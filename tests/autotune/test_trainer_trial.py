@@ -180,9 +180,15 @@ def test_the_budget_prices_a_start_up_for_each_trial_of_a_trainer():
             return False
 
     executor = Executor()
-    many = Budget(executor).trial_seconds()
-    executor.facts = ScriptFacts(trials_per_process=1)
-    assert Budget(executor).trial_seconds() == pytest.approx(many + 6.0)
+    many = Budget(executor)
+    executor_one = Executor()
+    executor_one.facts = ScriptFacts(trials_per_process=1)
+    one = Budget(executor_one)
+    assert one.trial_seconds() == pytest.approx(many.trial_seconds() + 6.0)
+    # ... and only there: a plan's process adds none of its own (it was counted twice)
+    assert many.next_startup_seconds() == 6.0 and one.next_startup_seconds() == 0.0
+    assert one.confirm_reserve() == pytest.approx(many.confirm_reserve() - 6.0 + 4 * 6.0)
+    assert one.compile_seconds() == pytest.approx(many.compile_seconds() - 6.0 + 2 * 6.0)
 
 
 @pytest.mark.slow

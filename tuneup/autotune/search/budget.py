@@ -65,8 +65,16 @@ class Budget:
 
     def _own_process(self) -> float:
         """The start-up each trial pays where the script's trainer runs one trial a process."""
+        return self.startup_seconds() if self._one_trial_a_process() else 0.0
+
+    def _one_trial_a_process(self) -> bool:
         facts = self.executor.facts
-        return self.startup_seconds() if facts is not None and facts.trials_per_process else 0.0
+        return facts is not None and bool(facts.trials_per_process)
+
+    def plan_startup_seconds(self) -> float:
+        """The start-up a new plan's process adds to its trials' own times: none where each
+        trial already pays one (a trainer's), which would otherwise be counted twice."""
+        return 0.0 if self._one_trial_a_process() else self.startup_seconds()
 
     def timeout(self, trial: Trial) -> float:
         """Per-trial timeout for the runner: generous, and longer for compile trials."""
@@ -83,13 +91,13 @@ class Budget:
     def next_startup_seconds(self) -> float:
         """What the next plan pays before its first trial: nothing while a process waits
         for it (see :meth:`Executor.live_process`)."""
-        return 0.0 if self.executor.live_process() else self.startup_seconds()
+        return 0.0 if self.executor.live_process() else self.plan_startup_seconds()
 
     def compile_seconds(self) -> float:
         """Expected cost of one compile stage: a process, two trials and a first compile,
         and the warm compile a compiled pick's confirmation pays (without it a found
         compile goes unconfirmed: it is held from earlier races and low-impact stages)."""
-        return (self.startup_seconds() + 2 * self.trial_seconds() + COMPILE_GUESS_S
+        return (self.plan_startup_seconds() + 2 * self.trial_seconds() + COMPILE_GUESS_S
                 + self.warm_compile_seconds())
 
     def warm_compile_seconds(self, cold_s: float | None = None) -> float:
@@ -107,7 +115,7 @@ class Budget:
         (warm) once when the pick is compiled."""
         rounds = 2 * (self.trial_seconds() + self.trial_seconds(self.baseline))
         compile_s = self.warm_compile_seconds() if self.compile_s else 0.0
-        return self.startup_seconds() + compile_s + rounds
+        return self.plan_startup_seconds() + compile_s + rounds
 
     def affordable(self, trials: int, extra_s: float = 0.0) -> int:
         """How many of ``trials`` fit in the budget after a reserve for one confirmation round

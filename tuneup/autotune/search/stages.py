@@ -399,7 +399,7 @@ def _prefetch_reserve(search: Search, compiled: TrialResult | None,
             or not prefetch_to_try(search, compiled, PREFETCH_HINT_SHARE):
         return 0.0
     budget = search.budget
-    return (budget.startup_seconds() + budget.warm_compile_seconds()
+    return (budget.plan_startup_seconds() + budget.warm_compile_seconds()
             + 3 * budget.trial_seconds(like))
 
 
