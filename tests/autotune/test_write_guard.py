@@ -22,6 +22,9 @@ SCRIPT = textwrap.dedent("""
     user, work = Path(sys.argv[1]), Path(sys.argv[2])
     write_guard.install(work / "journal.jsonl", work / "copies", work)
     torch.save({"iter_num": 1440}, user / "ckpt.pt")            # C++ opens it: no audit event
+    from safetensors.torch import save_file                      # Rust writes these
+    save_file({"w": torch.zeros(2)}, user / "model.safetensors")  # over a saved model
+    save_file({"w": torch.ones(2)}, filename=str(user / "adapter.safetensors"))  # a new one
     (user / "log.txt").open("a").write("trial line\\n")
     (user / "new_run").mkdir()
     (user / "new_run" / "metrics.json").write_text("{}")
@@ -56,6 +59,7 @@ def setup(tmp_path: Path):
     torch.save({"iter_num": 60}, user / "ckpt.pt")
     (user / "log.txt").write_text("real line\n")
     (user / "best.pt").write_bytes(b"best weights")
+    (user / "model.safetensors").write_bytes(b"the real run's model")
     (user / "notes.md").write_text("keep me")
     script = tmp_path / "script.py"
     script.write_text(SCRIPT)

@@ -9,8 +9,10 @@ the process has ended for whatever reason (SIGKILL included: nothing here relies
 cleaning up), replays the journal backwards: copies go back, new files and empty new folders
 go away. The user's real run is not affected: the hook exists only in autotune's child.
 
-Not seen: writes made by C code that bypasses Python's ``open`` (an HDF5 library, a logger's
-native client) and by processes the script spawns rather than forks.
+``torch.save`` and safetensors write from C++ and Rust: they are wrapped (see
+:data:`NATIVE_WRITERS`). Not seen: writes of other native code that bypasses Python's
+``open`` (an HDF5 library, a logger's native client) and of processes the script spawns
+rather than forks.
 """
 
 from __future__ import annotations
@@ -149,23 +151,36 @@ def install(journal: Path, copies: Path, workdir: Path) -> None:
               Path.home() / ".cache", Path.home() / ".triton", Path(sys.prefix)]
     guard = WriteGuard(journal, copies, exempt)
     sys.addaudithook(guard)
-    after_import("torch", lambda torch: _guard_torch_save(torch, guard))
+    for module, name, position, keyword in NATIVE_WRITERS:
+        after_import(module, lambda loaded, writer=(name, position, keyword):
+                     _guard_writer(loaded, *writer, guard))
 
 
-def _guard_torch_save(torch: Any, guard: WriteGuard) -> None:
-    """``torch.save`` to a path opens the file in C++ (no audit event): journal it first."""
-    if getattr(torch.save, "__wrapped__", None) is not None:
+# Functions that write a path from C++ or Rust (no audit event): (module, function, the path
+# argument's position and keyword). safetensors is how transformers saves a model.
+NATIVE_WRITERS = (
+    ("torch", "save", 1, "f"),
+    ("safetensors.torch", "serialize_file", 1, "filename"),
+    ("safetensors.numpy", "serialize_file", 1, "filename"),
+)
+
+
+def _guard_writer(module: Any, name: str, position: int, keyword: str,
+                  guard: WriteGuard) -> None:
+    """Journal the path ``module.name`` writes before it writes it."""
+    original = getattr(module, name)
+    if getattr(original, "__wrapped__", None) is not None:
         return
-    original = torch.save
 
-    def save(obj: Any, f: Any, *args: Any, **kwargs: Any) -> Any:
-        if isinstance(f, (str, bytes, os.PathLike)):
-            guard.before_change(f)
-        return original(obj, f, *args, **kwargs)
+    def write(*args: Any, **kwargs: Any) -> Any:
+        target = args[position] if len(args) > position else kwargs.get(keyword)
+        if isinstance(target, (str, bytes, os.PathLike)):
+            guard.before_change(target)
+        return original(*args, **kwargs)
 
-    save.__wrapped__ = original  # type: ignore[attr-defined]
-    save.__doc__ = original.__doc__
-    torch.save = save
+    write.__wrapped__ = original  # type: ignore[attr-defined]
+    write.__doc__ = original.__doc__
+    setattr(module, name, write)
 
 
 def restore(journal: Path) -> list[str]:
