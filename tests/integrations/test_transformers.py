@@ -140,7 +140,7 @@ def test_knobs_reach_the_arguments_and_the_state_the_trainer_built(tmp_path, wri
     trainer = tuned_trainer(trainer_for(tmp_path))
     args = trainer.args
     assert (args.dataloader_num_workers, args.dataloader_prefetch_factor,
-            args.dataloader_persistent_workers) == (2, 4, True)
+            args.dataloader_persistent_workers) == (2, 4, False)  # they would change draws
     assert args.dataloader_pin_memory is False  # batches stay on the CPU: nothing to pin
     assert (args.bf16, args.mixed_precision) == (True, "bf16")
     assert (args.torch_compile, args.torch_compile_mode, args.torch_compile_backend) == (
@@ -270,3 +270,64 @@ def test_tuneup_disable_leaves_the_trainer_alone(tmp_path, write_settings, monke
     trainer = trainer_for(tmp_path)
     args = trainer.args
     assert tuned_trainer(trainer).args is args
+
+
+class Stream(torch.utils.data.IterableDataset):
+    """A stream that does not split itself among workers: each would yield all of it."""
+
+    def __iter__(self) -> Any:
+        for i in range(64):
+            yield Tokens(64)[i]
+
+
+def test_persistent_workers_are_not_applied_they_would_change_dropout(tmp_path, write_settings):
+    # a new loader iterator draws its workers' seed from torch's generator at each epoch;
+    # persistent workers skip that draw, and dropout's draws after it move
+    plain = trained(trainer_for(tmp_path, max_steps=8))  # two epochs, dropout on
+    write_settings(num_workers=2, persistent_workers=True)
+    trainer = tuned_trainer(trainer_for(tmp_path, max_steps=8))
+    assert (trainer.args.dataloader_num_workers,
+            trainer.args.dataloader_persistent_workers) == (2, False)
+    assert trained(trainer)["losses"] == plain["losses"]
+
+
+def test_workers_are_not_given_to_an_iterable_dataset(tmp_path, write_settings):
+    write_settings(num_workers=2, prefetch_factor=4, amp_dtype="bfloat16")
+    trainer = Trainer(model=gpt2(), args=arguments(tmp_path), train_dataset=Stream())
+    with pytest.warns(TuneupWarning, match="num_workers=2 .* IterableDataset"):
+        tuned_trainer(trainer)
+    assert (trainer.args.dataloader_num_workers, trainer.args.bf16) == (0, True)
+    from tuneup.integrations.transformers import _fixed_reasons
+    assert "IterableDataset" in _fixed_reasons(trainer)["num_workers"]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a GPU")
+def test_bf16_that_training_arguments_would_refuse_is_not_tuned(tmp_path):
+    from tuneup.integrations.transformers import _fixed_reasons
+    reasons = _fixed_reasons(trainer_for(tmp_path, use_cpu=False))
+    assert "use_cpu=True" in reasons["amp_dtype"]
+    assert "amp_dtype" not in _fixed_reasons(trainer_for(tmp_path))  # use_cpu=True: it can
+
+
+def test_an_autotune_trial_saves_no_checkpoint(tmp_path, monkeypatch):
+    from tuneup.runtime import hooks
+
+    class Trial(hooks.Observer):
+        steps = 0
+
+        def trainer_knobs(self, run: Any, knobs: Any) -> Any:
+            return knobs
+
+        def trainer_step(self, run: Any, loss: Any) -> None:
+            Trial.steps += 1
+
+    monkeypatch.setenv("TUNEUP_PROBE", str(tmp_path / "plan.json"))
+    remove = hooks.install(Trial())
+    try:
+        trainer = tuned_trainer(trainer_for(tmp_path, save_strategy="steps", save_steps=2,
+                                            max_steps=4))
+        trainer.train()
+    finally:
+        remove()
+    assert Trial.steps == 4
+    assert not (tmp_path / "out").exists() or not list((tmp_path / "out").iterdir())

@@ -11,9 +11,11 @@ set in ``TrainingArguments`` win over the settings file, as keywords passed to
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Sized
 from typing import TYPE_CHECKING, Any
 
+from tuneup.autotune.protocol import ENV_PROBE
 from tuneup.integrations import knobs_as, require
 from tuneup.settings import Knobs, store
 
@@ -102,8 +104,11 @@ def _unapplied(wanted: Knobs, usable: Knobs, args: TrainingArguments,
             missing[knob] = f"{name} stays {getattr(args, name)!r}"
     if wanted.amp_dtype is not None and not getattr(args, knobs_as.HF_AMP_FIELDS[
             wanted.amp_dtype]):
-        missing["amp_dtype"] = (f"{wanted.amp_dtype} cannot be used here" if usable.amp_dtype
-                                is None else "TrainingArguments keep another precision")
+        chosen = [name for name in _AMP if getattr(args, name)]
+        missing["amp_dtype"] = (
+            f"{wanted.amp_dtype} cannot be used here" if usable.amp_dtype is None
+            else f"TrainingArguments keep {chosen[0]}=True" if chosen
+            else _amp_refused(args) or "TrainingArguments refused it")
     if wanted.compile_mode is not None and args.torch_compile_mode != wanted.compile_mode:
         missing["compile_mode"] = f"torch_compile_mode stays {args.torch_compile_mode!r}"
     if wanted.micro_batch_size is not None and (
@@ -146,12 +151,17 @@ def _fixed_reasons(trainer: Trainer) -> dict[str, str]:
             reasons[knob] = "DeepSpeed / FSDP configure it themselves"
     if args.device.type != "cuda":
         reasons["pin_memory"] = "batches stay on the CPU"
+    refused = _amp_refused(args)
+    if refused is not None and "amp_dtype" not in reasons:
+        reasons["amp_dtype"] = refused
     split = _split_problem(trainer, 1)
     if split is not None:
         reasons["micro_batch_size"] = split
-    config = getattr(args, "accelerator_config", None)
-    if not getattr(config, "use_seedable_sampler", False):
-        reasons["persistent_workers"] = "without a seedable sampler they would change the order"
+    reasons["persistent_workers"] = PERSISTENT_WORKERS_CHANGE_DRAWS
+    stream = _stream_problem(trainer)
+    if stream is not None:
+        for knob in ("num_workers", "prefetch_factor", "persistent_workers"):
+            reasons.setdefault(knob, stream)
     return reasons
 
 
@@ -163,6 +173,9 @@ def _report_steps(trainer: Trainer, observer: Any, run: Any) -> None:
 
     losses: list[Any] = []
     training_step = trainer.training_step
+    # an autotune trial saves no checkpoint: it would land among the user's (in the very
+    # folders of a real run's checkpoints) with a trial's weights, or go to the Hub
+    trial = bool(os.environ.get(ENV_PROBE))
 
     def counted(*args: Any, **kwargs: Any) -> Any:
         loss = training_step(*args, **kwargs)
@@ -175,10 +188,16 @@ def _report_steps(trainer: Trainer, observer: Any, run: Any) -> None:
             run.model = kwargs.get("model") or run.model  # a model_init builds it in train()
             observer.trainer_ready(run)
 
-        def on_step_end(self, *args: Any, **kwargs: Any) -> None:
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             loss = sum(losses[1:], losses[0]) if losses else None
             losses.clear()
             observer.trainer_step(run, loss)
+            if trial:
+                control.should_save = False
+
+        def on_epoch_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            if trial:
+                control.should_save = False
 
         def on_evaluate(self, *args: Any, **kwargs: Any) -> None:
             observer.trainer_paused(run)
@@ -210,12 +229,43 @@ def _usable_here(knobs: Knobs, trainer: Trainer) -> Knobs:
         knobs = knobs.replace(amp_dtype=None)
     if device.type != "cuda":
         knobs = knobs.replace(pin_memory=None)
-    config = getattr(trainer.args, "accelerator_config", None)
-    if knobs.persistent_workers and not getattr(config, "use_seedable_sampler", False):
-        # without accelerate's per-epoch seeded sampler the shuffle order comes from torch's
-        # global generator, which persistent workers stop drawing from after the first epoch
-        knobs = knobs.replace(persistent_workers=None)
+    # each new iterator of a loader without workers kept alive draws its workers' base seed
+    # from torch's global generator (every epoch, every evaluation); persistent workers skip
+    # those draws, which shifts dropout and any other draw of the training step
+    knobs = knobs.replace(persistent_workers=None)
+    stream = _stream_problem(trainer)
+    if stream is not None and knobs.num_workers:
+        store.warn(f"num_workers={knobs.num_workers} from the settings is not applied: "
+                   f"{stream}")
+    if stream is not None:
+        knobs = knobs.replace(num_workers=None, prefetch_factor=None)
     return knobs
+
+
+PERSISTENT_WORKERS_CHANGE_DRAWS = (
+    "the Trainer makes a new loader iterator each epoch and evaluation, which draws from "
+    "torch's global generator unless workers persist: persistent workers would change "
+    "dropout's draws")
+
+
+def _stream_problem(trainer: Trainer) -> str | None:
+    """Why workers cannot be given to this trainer's training loader, or None: over an
+    ``IterableDataset`` each worker would yield the whole stream unless it splits it."""
+    from torch.utils.data import IterableDataset
+
+    if isinstance(trainer.train_dataset, IterableDataset):
+        return ("the training set is an IterableDataset: each worker would yield the whole "
+                "stream unless it splits it (set dataloader_num_workers yourself if it does)")
+    return None
+
+
+def _amp_refused(args: TrainingArguments) -> str | None:
+    """Why ``TrainingArguments`` would refuse ``bf16=True`` here, or None (transformers' own
+    check: on a machine without a bf16 GPU it wants ``use_cpu=True``)."""
+    if args.device.type == "cpu" and not args.use_cpu and not args.bf16:
+        return ("transformers accepts bf16=True on the CPU only with use_cpu=True in "
+                "TrainingArguments")
+    return None
 
 
 def _split_problem(trainer: Trainer, micro: int) -> str | None:
