@@ -86,6 +86,15 @@ def test_script_without_wrappers_exit_1(tmp_path):
             "tuned_trainer or tuned_trainer_kwargs) — see docs/autotune.md") in result.output
 
 
+def test_a_script_that_cannot_be_tuned_says_why_in_the_json_too(tmp_path):
+    script = tmp_path / "plain.py"
+    script.write_text("pass\n")
+    result = invoke(str(script), "--budget", "30", "--format", "json")
+    assert result.exit_code == 1
+    summary = json.loads(result.stdout)
+    assert summary["settings"] is None and "never called tuned_loop" in summary["error"]
+
+
 def test_ctrl_c_leaves_the_settings_file_intact(fake_script, tmp_path, monkeypatch):
     output = tmp_path / "settings.json"
     output.write_text("earlier settings\n")

@@ -26,7 +26,7 @@ from tuneup.autotune.report import Progress, print_table, to_json
 from tuneup.autotune.runner import Runner
 from tuneup.autotune.search import Options, Outcome, Search
 from tuneup.autotune.space import GROUPS
-from tuneup.errors import Interrupted, TuneupError, UsageError
+from tuneup.errors import Interrupted, ScriptError, TuneupError, UsageError
 from tuneup.files import write_new
 from tuneup.settings import Measurement, Settings, default_path, save
 from tuneup.settings.store import to_text
@@ -130,6 +130,11 @@ def autotune(script: Path, script_args: tuple[str, ...], budget: float, output: 
         raise Interrupted(f"interrupted; {output} left as it was", signal.SIGINT) from None
     except Interrupted as exc:
         raise Interrupted(f"{exc}; {output} left as it was", exc.exit_code - 128) from None
+    except ScriptError as exc:  # scripts reading --format json get the reason there too
+        if output_format == "json":
+            click.echo(json.dumps({"script": str(script), "settings": None, "error": str(exc)},
+                                  indent=2))
+        raise
     if output_format == "json":
         click.echo(json.dumps(result, indent=2))
     if result.get("error"):
