@@ -163,12 +163,23 @@ def test_loaders_reloaded_each_epoch_are_tuned_each_time_in_the_same_order(
     assert len(tuned_module.trained_on) == 2 and tuned_module.order == plain_module.order
 
 
-def test_persistent_workers_for_a_loader_that_does_not_shuffle(tmp_path, write_settings):
+@pytest.mark.parametrize("own_generator", [True, False])
+def test_persistent_workers_only_where_they_change_no_draw(tmp_path, write_settings,
+                                                           own_generator):
+    """Each epoch's new iterator draws its workers' seed from the loader's generator, else
+    from torch's global one, which dropout draws from too: persistent workers skip it."""
+    def module() -> Module:
+        return Module(shuffle=False, **(
+            {"generator": torch.Generator().manual_seed(3)} if own_generator else {}))
+
+    plain = module()
+    fit(tmp_path, plain, max_epochs=2)
     write_settings(num_workers=1, persistent_workers=True)
-    module = Module(shuffle=False)
-    fit(tmp_path, module, max_epochs=1)
-    assert module.trained_on[0].persistent_workers is True
-    assert module.order == list(range(24))
+    tuned = module()
+    fit(tmp_path, tuned, max_epochs=2)
+    assert tuned.trained_on[0].persistent_workers is own_generator
+    assert tuned.order == plain.order == list(range(24)) * 2
+    assert tuned.losses == plain.losses  # dropout's draws unchanged in the second epoch
 
 
 def test_a_custom_batch_sampler_is_kept(tmp_path, write_settings):
@@ -234,3 +245,50 @@ def test_tuneup_disable_leaves_the_kwargs_alone(write_settings, monkeypatch):
     write_settings(num_workers=2, amp_dtype="bfloat16")
     monkeypatch.setenv("TUNEUP_DISABLE", "1")
     assert tuned_trainer_kwargs(max_epochs=1) == {"max_epochs": 1}
+
+
+def test_one_callback_not_in_a_list_is_kept(write_settings):
+    write_settings(num_workers=2)
+    mine = L.pytorch.callbacks.LearningRateMonitor()  # Lightning takes callbacks=one too
+    kwargs = tuned_trainer_kwargs(max_epochs=1, accelerator="cpu", callbacks=mine)
+    assert kwargs["callbacks"][0] is mine and isinstance(kwargs["callbacks"][1], TunedLoaders)
+    assert mine in L.Trainer(**kwargs, logger=False).callbacks
+
+
+class _Stream(torch.utils.data.IterableDataset):
+    def __iter__(self) -> Any:
+        return iter([(torch.randn(4), torch.randn(()), torch.tensor(i)) for i in range(8)])
+
+
+def _observed_fit(tmp_path: Path, module: Any, knobs: Any = None) -> Any:
+    """Fit with a TunedLoaders as autotune installs it (an observer, a TrainerRun)."""
+    from tuneup.runtime import hooks
+    from tuneup.settings import Knobs
+
+    run = hooks.TrainerRun("lightning")
+    trainer = L.Trainer(max_steps=1, accelerator="cpu", enable_progress_bar=False, logger=False,
+                        enable_checkpointing=False, enable_model_summary=False,
+                        default_root_dir=str(tmp_path),
+                        callbacks=[TunedLoaders(knobs or Knobs(), run, hooks.Observer())])
+    trainer.fit(module)
+    return run
+
+
+def test_the_reasons_autotune_hears_name_an_iterable_dataset_and_a_compiled_module(tmp_path):
+    run = _observed_fit(tmp_path, Module(lambda kwargs: DataLoader(_Stream(), batch_size=4)))
+    assert "IterableDataset (_Stream)" in run.fixed_reasons["num_workers"]
+    assert "is a DataLoader" not in run.fixed_reasons["num_workers"]
+    run = _observed_fit(tmp_path, torch.compile(Module()))
+    assert run.fixed_reasons["compile_mode"] == "you compiled the module yourself"
+
+
+def test_precision_none_is_lightnings_default_and_a_precision_plugin_is_the_users(write_settings):
+    write_settings(amp_dtype="bfloat16")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TuneupWarning)
+        assert tuned_trainer_kwargs(precision=None, accelerator="cpu")["precision"] == "bf16-mixed"
+    plugin = L.pytorch.plugins.MixedPrecision("bf16-mixed", "cpu")
+    with pytest.warns(TuneupWarning, match="kept your precision plugin MixedPrecision") as caught:
+        kwargs = tuned_trainer_kwargs(accelerator="cpu", plugins=[plugin])
+    assert "precision" not in kwargs and len(caught) == 1
+    assert L.Trainer(**kwargs, logger=False).precision_plugin is plugin  # no "Choose one" error

@@ -77,9 +77,10 @@ def tuned_trainer_kwargs(**kwargs: Any) -> dict[str, Any]:
     spelled = knobs_as.as_lightning(knobs)
     if "precision" in spelled.arguments:
         problem = _amp_problem(knobs.amp_dtype, _device_type(kwargs))
-        if "precision" in kwargs:
-            run.unapplied["amp_dtype"] = f"you set precision={kwargs['precision']!r}"
-            store.warn(f"kept your precision={kwargs['precision']!r} over the settings file's "
+        yours = _users_precision(kwargs)
+        if yours is not None:
+            run.unapplied["amp_dtype"] = f"you set {yours}"
+            store.warn(f"kept your {yours} over the settings file's "
                        f"amp_dtype {knobs.amp_dtype} (values you set are never overridden)")
         elif problem is None:
             tuned["precision"] = spelled.arguments["precision"]
@@ -90,9 +91,11 @@ def tuned_trainer_kwargs(**kwargs: Any) -> dict[str, Any]:
         run.unapplied["micro_batch_size"] = spelled.left_out["micro_batch_size"]
         store.warn(f"micro_batch_size={knobs.micro_batch_size} from the settings is not applied: "
                    f"{spelled.left_out['micro_batch_size']}; training on whole batches")
-    tuned["callbacks"] = [*(kwargs.get("callbacks") or []),
-                          TunedLoaders(knobs, run if observed else None,
-                                       observer if observed else None)]
+    mine = kwargs.get("callbacks") or []
+    if isinstance(mine, pl.Callback):  # Lightning takes one callback as well as a list
+        mine = [mine]
+    tuned["callbacks"] = [*mine, TunedLoaders(knobs, run if observed else None,
+                                              observer if observed else None)]
     return tuned
 
 
@@ -100,11 +103,29 @@ def _fixed_reasons(kwargs: dict[str, Any]) -> dict[str, str]:
     """The knobs the user's Trainer arguments decide, or that Lightning cannot take."""
     reasons = {"micro_batch_size": knobs_as.as_lightning(Knobs(micro_batch_size=1))
                .left_out["micro_batch_size"]}
-    if "precision" in kwargs:
-        reasons["amp_dtype"] = f"you set precision={kwargs['precision']!r}"
+    yours = _users_precision(kwargs)
+    if yours is not None:
+        reasons["amp_dtype"] = f"you set {yours}"
     if _device_type(kwargs) != "cuda":
         reasons["pin_memory"] = "batches stay on the CPU"
     return reasons
+
+
+def _users_precision(kwargs: dict[str, Any]) -> str | None:
+    """The Trainer argument that chooses the precision, spelled for a message, or None when
+    Lightning's default decides (``precision`` absent or None, no precision plugin). A
+    precision plugin in ``plugins`` or on a ``strategy`` instance decides it too: Lightning
+    refuses ``precision`` beside the first and ignores it beside the second."""
+    if kwargs.get("precision") is not None:
+        return f"precision={kwargs['precision']!r}"
+    plugins = kwargs.get("plugins")
+    for plugin in plugins if isinstance(plugins, (list, tuple)) else [plugins]:
+        if isinstance(plugin, pl.plugins.Precision):
+            return f"precision plugin {type(plugin).__name__} (plugins=)"
+    plugin = getattr(kwargs.get("strategy"), "_precision_plugin", None)
+    if isinstance(plugin, pl.plugins.Precision):
+        return f"precision plugin {type(plugin).__name__} (on the strategy)"
+    return None
 
 
 def _amp_problem(dtype: str | None, device_type: str) -> str | None:
@@ -130,8 +151,8 @@ class TunedLoaders(pl.Callback):
     A loader is rebuilt only when it is exactly ``torch.utils.data.DataLoader`` over a
     map-style dataset (a subclass may hold state a rebuild would lose; an iterable dataset
     would be duplicated by workers that do not split it); a value you gave the DataLoader
-    other than PyTorch's default is kept; persistent workers only for loaders that do not
-    shuffle (PyTorch's seeded shuffle order changes with them from the second epoch).
+    other than PyTorch's default is kept; persistent workers only where they change no
+    random draw (see :func:`_persistent_problem`).
     """
 
     def __init__(self, knobs: Knobs, run: Any = None, observer: Any = None) -> None:
@@ -147,6 +168,9 @@ class TunedLoaders(pl.Callback):
             return
         apply.apply_process_knobs(self.knobs)
         self.accumulate = trainer.accumulate_grad_batches
+        if self.run is not None and getattr(pl_module, "_compiler_ctx", None) is not None:
+            # decided by the script: not tuned (a compile trial would only fail)
+            self.run.fixed_reasons.setdefault("compile_mode", "you compiled the module yourself")
         if self.knobs.compile_mode is not None:
             _compile_parts(pl_module, self.knobs.compile_mode, self.run)
         if self.observer is not None:
@@ -227,18 +251,23 @@ class TunedLoaders(pl.Callback):
             run.dataset_size = len(loader.dataset)
         except Exception:  # noqa: BLE001 - an iterable without a dataset, or without a length
             run.dataset_size = None
-        if type(loader) is not DataLoader or isinstance(getattr(loader, "dataset", None),
-                                                        IterableDataset):
+        if type(loader) is not DataLoader:
             self._loader_knobs_fixed(f"the training loader is a {type(loader).__name__}, which "
                                      "tuneup does not rebuild")
+            return
+        if isinstance(getattr(loader, "dataset", None), IterableDataset):
+            self._loader_knobs_fixed(f"the training loader reads an IterableDataset "
+                                     f"({type(loader.dataset).__name__}): workers would each "
+                                     "yield the whole stream unless it splits it")
             return
         for knob, defaults in _PYTORCH_DEFAULTS.items():
             value = getattr(loader, knob, None)
             if value not in defaults and not (knob == "prefetch_factor" and not loader.num_workers):
                 run.fixed_reasons[knob] = f"you set {knob}={value!r} on the DataLoader"
+        persistent = _persistent_problem(loader)
+        if persistent is not None:
+            run.fixed_reasons.setdefault("persistent_workers", persistent)
         if _shuffles(loader):
-            run.fixed_reasons.setdefault("persistent_workers", "the loader shuffles: they would "
-                                         "change the order from the second epoch")
             if reloads:
                 run.fixed_reasons.setdefault("num_workers", "a shuffling loader reloaded each "
                                              "epoch: workers would change the order")
@@ -281,7 +310,7 @@ class TunedLoaders(pl.Callback):
                        f"a shuffling loader under reload_dataloaders_every_n_epochs: it would "
                        f"change the data order")
             del tuned["num_workers"]
-        if tuned.get("persistent_workers") and shuffles:
+        if tuned.get("persistent_workers") and _persistent_problem(loader) is not None:
             del tuned["persistent_workers"]
         workers = tuned.get("num_workers", loader.num_workers)
         if not workers:
@@ -298,6 +327,20 @@ class TunedLoaders(pl.Callback):
         if not loader.num_workers:
             kwargs["prefetch_factor"] = None  # PyTorch's value without workers
         return DataLoader(loader.dataset, **_batching(loader), **{**kwargs, **tuned})
+
+
+def _persistent_problem(loader: DataLoader) -> str | None:
+    """Why persistent workers would change a random draw, or None. Each epoch's new iterator
+    draws its workers' base seed from the loader's ``generator``, else torch's global one;
+    persistent workers skip that draw. It shifts dropout's draws after it (the global
+    generator), or the shuffle order that shares the loader's generator."""
+    if _shuffles(loader):
+        return "the loader shuffles: they would change the order from the second epoch"
+    if loader.generator is None:
+        return ("each epoch's new loader iterator draws from torch's global generator: they "
+                "would skip that draw and change dropout's from the second epoch (give the "
+                "DataLoader a generator= to allow them)")
+    return None
 
 
 def _shuffles(loader: DataLoader) -> bool:
