@@ -25,6 +25,13 @@ def test_from_hello_reads_the_event_and_tolerates_junk():
     assert ScriptFacts.from_hello({}) == ScriptFacts()
 
 
+def test_a_trainer_s_accumulation_counts_in_the_samples_per_step():
+    """samples/s are per optimizer step: batch 8 accumulated 4 times is 32 samples a step."""
+    trainer = ScriptFacts.from_hello({"effective_batch": 8, "samples_per_step": 32})
+    assert trainer.effective_batch == 8 and trainer.samples_per_step == 32
+    assert ScriptFacts.from_hello({"effective_batch": 8, "ranks": 2}).samples_per_step == 16
+
+
 def test_what_every_trial_ran_with_goes_into_the_settings():
     hw = ScriptFacts.from_hello({"every_trial": {"fixed_malloc_thresholds": True}})
     pick = Knobs(amp_dtype="bfloat16")

@@ -134,6 +134,7 @@ def test_a_micro_batch_splits_the_per_device_batch_under_accumulation(tmp_path):
     (plain, micro), runner = run_trials(script(tmp_path, HF_SCRIPT), trials,
                                         ("1", "gradient_accumulation_steps=2"))
     assert runner.facts.effective_batch == 16  # per device: what a micro-batch divides
+    assert runner.facts.samples_per_step == 32  # what the result's samples/s count
     assert plain.status == micro.status == "ok", micro.message
     # the same samples per step; GPT-2's dropout draws its masks per piece: close, not equal
     assert micro.check_losses == pytest.approx(plain.check_losses, rel=0.01)

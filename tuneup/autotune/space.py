@@ -33,6 +33,7 @@ class ScriptFacts:
     fixed_reasons: tuple[tuple[str, str], ...] = ()  # (knob, why), for the result's notes
     shuffles: bool = True  # the loader's order depends on a random generator
     trials_per_process: int | None = None  # a trainer runs one (None: as many as a plan has)
+    step_batch: int | None = None  # per rank and optimizer step, where a trainer accumulates
 
     @classmethod
     def from_hello(cls, event: dict[str, Any]) -> ScriptFacts:
@@ -54,12 +55,14 @@ class ScriptFacts:
             fixed_reasons=tuple((str(k), str(v)) for k, v in reasons.items()),
             shuffles=event.get("shuffles") is not False,
             trials_per_process=_positive_int(event.get("trials_per_process")),
+            step_batch=_positive_int(event.get("samples_per_step")),
         )
 
     @property
     def samples_per_step(self) -> int:
-        """The job's samples per optimizer step: every rank's effective batch."""
-        return self.effective_batch * self.ranks
+        """The job's samples per optimizer step: every rank's effective batch (times a
+        trainer's gradient accumulation)."""
+        return (self.step_batch or self.effective_batch) * self.ranks
 
     @property
     def on_cuda(self) -> bool:

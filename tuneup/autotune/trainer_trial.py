@@ -138,7 +138,8 @@ class TrainerTrial:
         dtypes = amp_dtypes_here(run.device_type, reasons, measure=self.first_of_run)
         session.say_hello(
             torch.device(run.device_type), reasons, dtypes, effective_batch=run.effective_batch,
-            dataset_size=run.dataset_size, usable_cores=usable_cores(), ranks=1, shuffles=True,
+            samples_per_step=run.samples_per_step, dataset_size=run.dataset_size,
+            usable_cores=usable_cores(), ranks=1, shuffles=True,
             waits_for_next_plan=False, trials_per_process=1, trainer=run.framework)
 
     def _same_start(self) -> None:
