@@ -142,11 +142,16 @@ def warn(message: str) -> None:
     warnings.warn(f"tuneup: {message}", TuneupWarning, stacklevel=_user_stacklevel())
 
 
+# the frameworks whose code calls tuneup's on the user's behalf (a Trainer's callback, the
+# DataLoader): a warning points past them, at the user's own line
+FRAMEWORKS = ("torch", "lightning", "pytorch_lightning", "transformers", "accelerate")
+
+
 def _user_stacklevel() -> int:
-    """``stacklevel`` for :func:`warn` that skips tuneup's and torch's own frames."""
-    torch = sys.modules.get("torch")  # no torch frames on the stack when it is not imported
-    skipped = tuple(str(Path(module.__file__).resolve().parent) + os.sep for module in (
-        sys.modules["tuneup"], torch) if module is not None)
+    """``stacklevel`` for :func:`warn` that skips tuneup's and the frameworks' own frames."""
+    loaded = [sys.modules.get(name) for name in ("tuneup", *FRAMEWORKS)]  # only those loaded
+    skipped = tuple(str(Path(module.__file__).resolve().parent) + os.sep for module in loaded
+                    if module is not None and getattr(module, "__file__", None))
     frame, level = sys._getframe(2), 2  # the caller of warn()
     while frame.f_back is not None and frame.f_code.co_filename.startswith(skipped):
         frame, level = frame.f_back, level + 1
