@@ -108,7 +108,7 @@ def as_lightning(knobs: Knobs) -> Spelled:
     calls = list(process_calls(knobs))
     if knobs.loader_kwargs():
         kwargs = ", ".join(f"{k}={v!r}" for k, v in knobs.loader_kwargs().items())
-        calls.append(f"DataLoader(..., {kwargs})  # in train_dataloader()")
+        calls.append(f"DataLoader(..., {kwargs})  # your training loader")
     if knobs.compile_mode is not None:
         calls.append(f"model = torch.compile(model, mode={knobs.compile_mode!r})  # before fit")
     left_out = {}
