@@ -115,6 +115,42 @@ def test_compile_mode_compiles_the_parts_training_step_calls(tmp_path, write_set
     assert compiled.global_step == plain.global_step
 
 
+def test_compile_mode_compiles_a_torch_nn_part(write_settings):
+    """Dynamo skips torch's own frames: ``nn.Sequential.compile()`` alone compiles nothing."""
+    from torch._dynamo.utils import counters
+
+    from tuneup.integrations.lightning import _compile_parts
+
+    module = Module()
+    torch._dynamo.reset()
+    counters.clear()
+    _compile_parts(module, "default", None)
+    x = torch.randn(4, 4)
+    module.net.eval()
+    with torch.no_grad():
+        assert torch.allclose(module.net(x), module.net._call_impl(x), atol=1e-5)
+    assert counters["stats"]["unique_graphs"] == 1  # the Sequential's forward, traced
+
+
+def test_a_compile_that_fails_at_the_first_call_trains_eager(tmp_path, write_settings,
+                                                            monkeypatch):
+    plain = Module()
+    fit(tmp_path, plain)
+
+    def broken(fn: Any, **kwargs: Any) -> Any:
+        def call(*args: Any, **kw: Any) -> Any:
+            raise RuntimeError("backend compiler failed")
+        return call
+
+    write_settings(compile_mode="default")
+    monkeypatch.setattr(torch, "compile", broken)
+    module = Module()
+    with pytest.warns(TuneupWarning, match="failed at the first call .*running it eager"):
+        fit(tmp_path, module)
+    assert module.losses == plain.losses  # eager from the first step on, nothing lost
+    assert module.net._compiled_call_impl is None
+
+
 def test_a_module_the_script_compiled_is_left_with_one_warning(tmp_path, write_settings):
     write_settings(compile_mode="default")
     module = Module()
@@ -181,6 +217,78 @@ def test_persistent_workers_only_where_they_change_no_draw(tmp_path, write_setti
     assert tuned.trained_on[0].persistent_workers is own_generator
     assert tuned.order == plain.order == list(range(24)) * 2
     assert tuned.losses == plain.losses  # dropout's draws unchanged in the second epoch
+
+
+class _Noisy(TensorDataset):
+    """Loading a sample draws from torch's global generator (a random augmentation)."""
+
+    def __getitem__(self, index: int) -> Any:
+        x, y, i = super().__getitem__(index)
+        return x + 0.01 * torch.randn(4), y, i
+
+
+@pytest.mark.parametrize(("noisy", "own_generator", "why"), [
+    (True, False, "draws from torch's global random generator"),
+    (False, True, "a generator of its own"),
+])
+def test_workers_are_not_added_where_they_would_move_the_next_shuffle(
+        tmp_path, write_settings, noisy, own_generator, why):
+    """Without workers the dataset's draws (an augmentation) advance the generator the next
+    epoch's shuffle is seeded from, and Lightning stops an epoch before RandomSampler's last
+    draw from a generator of its own; with workers neither holds."""
+    def loader(kwargs: dict) -> DataLoader:
+        g = torch.Generator().manual_seed(1)
+        data = (_Noisy if noisy else TensorDataset)(
+            torch.randn(24, 4, generator=g), torch.randn(24, generator=g), torch.arange(24))
+        own = {"generator": torch.Generator().manual_seed(2)} if own_generator else {}
+        return DataLoader(data, batch_size=4, shuffle=True, **own, **kwargs)
+
+    plain = Module(loader)
+    fit(tmp_path, plain)
+    write_settings(num_workers=2)
+    tuned = Module(loader)
+    with pytest.warns(TuneupWarning, match=why):
+        fit(tmp_path, tuned)
+    assert [dl.num_workers for dl in tuned.trained_on] == [0, 0]
+    assert tuned.order == plain.order and tuned.losses == plain.losses
+
+
+class _Pair(Module):
+    """Two training loaders, as a dict: Lightning makes both iterators before the first batch."""
+
+    def training_step(self, batch: Any, index: int) -> torch.Tensor:
+        (xa, ya, ia), (xb, yb, ib) = batch["a"], batch["b"]
+        self.order.extend(ia.tolist() + (100 + ib).tolist())
+        x, y = torch.cat([xa, xb]), torch.cat([ya, yb])
+        loss = nn.functional.mse_loss(self.net(x).squeeze(-1), y)
+        self.losses.append(loss.item())
+        return loss
+
+
+@pytest.mark.parametrize("second_shuffles", [True, False])
+def test_several_training_loaders_keep_their_order(tmp_path, write_settings, second_shuffles):
+    """Without workers a shuffle draws its seed at its first batch, after every loader's
+    iterator drew its workers' seed; with workers it draws it as its iterator is made. A
+    second loader that does not shuffle and draws from its own generator moves nothing."""
+    def loaders(kwargs: dict) -> dict[str, DataLoader]:
+        def one(n: int, **how: Any) -> DataLoader:
+            return DataLoader(TensorDataset(torch.randn(n, 4), torch.randn(n), torch.arange(n)),
+                              batch_size=4, **how)
+        return {"a": one(24, shuffle=True),
+                "b": one(16, shuffle=True) if second_shuffles
+                else one(16, generator=torch.Generator().manual_seed(3))}
+
+    plain = _Pair(loaders)
+    fit(tmp_path, plain)
+    write_settings(num_workers=1)
+    tuned = _Pair(loaders)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", TuneupWarning)
+        fit(tmp_path, tuned)
+    workers = [dl.num_workers for dl in tuned.trained_on[0].values()]
+    assert workers == ([0, 0] if second_shuffles else [1, 1])
+    assert any("several training loaders" in str(w.message) for w in caught) is second_shuffles
+    assert tuned.order == plain.order and tuned.losses == plain.losses
 
 
 def test_a_custom_batch_sampler_is_kept(tmp_path, write_settings):

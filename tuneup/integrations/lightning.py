@@ -19,11 +19,13 @@ from torch.utils.data import (
     DataLoader,
     DistributedSampler,
     IterableDataset,
+    RandomSampler,
     SequentialSampler,
 )
 
 from tuneup.integrations import knobs_as, require
 from tuneup.runtime import apply
+from tuneup.runtime.loader import global_states, restore_states
 from tuneup.settings import Knobs, store
 from tuneup.settings.schema import knob_facts
 
@@ -234,10 +236,19 @@ class TunedLoaders(pl.Callback):
 
         combined = (loaders if isinstance(loaders, CombinedLoader)
                     else CombinedLoader(loaders, "max_size_cycle"))
-        if self.run is not None and combined.flattened:
-            self._describe(combined.flattened[0], reloads)
-        combined.flattened = [self._rebuilt(loader, device, reloads)
-                              for loader in combined.flattened]
+        flattened = combined.flattened
+        # why workers would change each loader's order (None: they would not); checked only
+        # where workers could be added (it loads a sample)
+        order = ([_order_problem(flattened, i, combined._mode != "sequential")
+                  for i in range(len(flattened))]
+                 if self.knobs.num_workers or self.run is not None else [None] * len(flattened))
+        if self.run is not None and flattened:
+            self._describe(flattened[0], reloads)
+            problem = next((why for why in order if why is not None), None)
+            if problem is not None:
+                self.run.fixed_reasons.setdefault("num_workers", problem)
+        combined.flattened = [self._rebuilt(loader, device, reloads, why)
+                              for loader, why in zip(flattened, order)]
         return combined
 
     def _describe(self, loader: Any, reloads: bool) -> None:
@@ -282,9 +293,11 @@ class TunedLoaders(pl.Callback):
             if getattr(self.knobs, knob) is not None:
                 self.run.unapplied.setdefault(knob, why)
 
-    def _rebuilt(self, loader: Any, device: torch.device, reloads: bool) -> Any:
+    def _rebuilt(self, loader: Any, device: torch.device, reloads: bool,
+                 order_problem: str | None = None) -> Any:
         """``loader`` with the loader knobs, or ``loader`` itself when it cannot be rebuilt
-        without changing what it yields."""
+        without changing what it yields (``order_problem``: why workers would change its
+        order, see :func:`_order_problem`)."""
         if type(loader) is not DataLoader or isinstance(loader.dataset, IterableDataset):
             if not self.knobs.loader_kwargs():
                 return loader
@@ -309,6 +322,10 @@ class TunedLoaders(pl.Callback):
             store.warn(f"num_workers={tuned['num_workers']} from the settings is not applied to "
                        f"a shuffling loader under reload_dataloaders_every_n_epochs: it would "
                        f"change the data order")
+            del tuned["num_workers"]
+        if tuned.get("num_workers") and order_problem is not None:
+            store.warn(f"num_workers={tuned['num_workers']} from the settings is not applied: "
+                       f"{order_problem}")
             del tuned["num_workers"]
         if tuned.get("persistent_workers") and _persistent_problem(loader) is not None:
             del tuned["persistent_workers"]
@@ -343,6 +360,77 @@ def _persistent_problem(loader: DataLoader) -> str | None:
     return None
 
 
+def _order_problem(loaders: list[Any], index: int, together: bool) -> str | None:
+    """Why workers would change the order of ``loaders[index]``, or None.
+
+    - A ``RandomSampler`` with a generator of its own draws once more from it when it is run
+      to its end; Lightning ends an epoch at the loader's length without running it to its
+      end, workers' prefetching does: the next epoch's shuffle would change.
+    - A shuffle seeded from torch's global generator draws its seed when the iterator first
+      yields (without workers) or when it is made (workers prefetch at once); what else
+      draws from that generator in between moves the seed: loading a sample in the main
+      process (with ``num_workers=0`` only), and, where Lightning makes the iterators of all
+      its training loaders before the first batch (``together``: every mode but
+      ``"sequential"``), a later loader's iterator drawing its workers' seed or an earlier
+      loader's shuffle drawn at its first batch.
+    """
+    loader = loaders[index]
+    if type(loader) is not DataLoader or not _shuffles(loader):
+        return None
+    sampler = loader.sampler
+    if isinstance(sampler, RandomSampler) and sampler.generator is not None:
+        return ("the loader shuffles with a generator of its own, and workers run its sampler "
+                "to the end of the epoch, where RandomSampler draws from that generator once "
+                "more (Lightning stops at the loader's length): the order would change from "
+                "the second epoch")
+    if not _seeded_globally(loader):
+        return None
+    if together:
+        others = [other for i, other in enumerate(loaders) if i != index and isinstance(
+            other, DataLoader) and (_seeded_globally(other) or (
+                i > index and other.generator is None))]
+        if others:
+            return ("several training loaders draw from torch's global generator and this one "
+                    "shuffles from it: workers would move its shuffle's draw and change the "
+                    "order (a loader that does not shuffle draws from its own generator= "
+                    "instead)")
+    name = type(loader.dataset).__name__
+    try:
+        draws = _loading_draws(loader)
+    except Exception as exc:  # noqa: BLE001 - the user's dataset; training must run
+        return (f"loading sample 0 of {name} to check whether it draws random numbers failed "
+                f"({apply.one_line(exc)}), and the shuffle is seeded from torch's global "
+                "generator")
+    if draws:
+        return (f"loading a sample of {name} draws from torch's global random generator, "
+                "which with num_workers=0 also seeds the next epoch's shuffle: workers would "
+                "change the order from the second epoch")
+    return None
+
+
+def _seeded_globally(loader: DataLoader) -> bool:
+    """The loader's order is drawn from torch's global generator at each pass: a shuffle
+    without ``generator=`` (a sampler of one's own without a ``generator`` counts as one)."""
+    if not _shuffles(loader):
+        return False
+    batches = loader.batch_sampler
+    sampler = loader.sampler if type(batches) in (BatchSampler, type(None)) else batches
+    return getattr(sampler, "generator", None) is None
+
+
+def _loading_draws(loader: DataLoader) -> bool:
+    """Whether loading and collating sample 0 in the main process advances torch's global
+    CPU generator. The global generators' states are put back: the check moves no draw."""
+    before = global_states()
+    try:
+        sample = loader.dataset[0]
+        automatic = loader.batch_size is not None or loader.batch_sampler is not None
+        loader.collate_fn([sample] if automatic else sample)
+        return not torch.equal(before["torch"], torch.random.get_rng_state())
+    finally:
+        restore_states(before)
+
+
 def _shuffles(loader: DataLoader) -> bool:
     """The loader's order is drawn at random (a batch sampler of one's own may draw its
     batches at random: counted as shuffling)."""
@@ -351,10 +439,10 @@ def _shuffles(loader: DataLoader) -> bool:
 
 
 def _compile_parts(module: pl.LightningModule, mode: str, run: Any) -> None:
-    """Compile ``module``'s direct submodules in place (``nn.Module.compile``): Lightning
-    calls ``training_step``, not the module, so compiling the LightningModule itself would
-    reach nothing its step calls; the submodules are what it runs. A module you compiled
-    yourself is left as it is."""
+    """Compile ``module``'s direct submodules in place (as ``nn.Module.compile`` does, see
+    :func:`_through`): Lightning calls ``training_step``, not the module, so compiling the
+    LightningModule itself would reach nothing its step calls; the submodules are what it
+    runs. A module you compiled yourself is left as it is, and so is a part you compiled."""
     problem = ("you compiled the module yourself"
                if getattr(module, "_compiler_ctx", None) is not None
                else None if hasattr(torch.nn.Module, "compile")
@@ -364,8 +452,47 @@ def _compile_parts(module: pl.LightningModule, mode: str, run: Any) -> None:
         if run is not None:
             run.unapplied["compile_mode"] = problem
         return
+    from torch._dynamo.eval_frame import OptimizedModule
+
     for part in module.children():
-        part.compile(mode=mode)
+        if part._compiled_call_impl is None and not isinstance(part, OptimizedModule):
+            compiled = torch.compile(_through(part), mode=mode)
+            # under autotune a failure fails the trial (strict, as tuned_loop's compile)
+            part._compiled_call_impl = (compiled if run is not None
+                                        else _eager_on_failure(part, compiled, mode))
+
+
+def _eager_on_failure(part: torch.nn.Module, compiled: Any, mode: str) -> Any:
+    """``compiled`` behind a guard for its first call, where ``torch.compile`` fails if it
+    fails at all: the part then runs eagerly from there on, with one warning, and training
+    goes on (as ``tuned_loop``'s compile does)."""
+    def first_call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            output = compiled(*args, **kwargs)
+        except Exception as exc:
+            if apply.is_out_of_memory(exc):
+                raise
+            store.warn(f"torch.compile(mode={mode!r}) of {type(part).__name__} failed at the "
+                       f"first call ({apply.one_line(exc)}); running it eager")
+            part._compiled_call_impl = None
+            return part._call_impl(*args, **kwargs)
+        part._compiled_call_impl = compiled
+        return output
+
+    return first_call
+
+
+def _through(part: torch.nn.Module) -> Any:
+    """A call of ``part`` in a frame of tuneup's, for ``torch.compile``. Dynamo skips the
+    frames of torch's own files, so ``part.compile()`` of a ``torch.nn`` module (an
+    ``nn.Sequential``, an ``nn.Linear``) compiles nothing; from this frame Dynamo inlines
+    the call, hooks and forward included, as it does for ``torch.compile(part)``."""
+    call = part._call_impl
+
+    def compiled_call(*args: Any, **kwargs: Any) -> Any:
+        return call(*args, **kwargs)
+
+    return compiled_call
 
 
 def _batching(loader: DataLoader) -> dict[str, Any]:

@@ -123,13 +123,13 @@ class TunedLoader:
         unbatched = "batch_size" in self.user_kwargs and self.user_kwargs["batch_size"] is None
         collate = self.user_kwargs.get("collate_fn") or (
             default_convert if unbatched else default_collate)
-        before = _global_states()
+        before = global_states()
         try:
             sample = self.dataset[0]
             collate(sample if unbatched else [sample])
             return not torch.equal(before["torch"], torch.random.get_rng_state())
         finally:
-            _restore_states(before)
+            restore_states(before)
 
     def configure(self, knobs: Knobs) -> None:
         """(Re)build the inner DataLoader for ``knobs``; the user's own keywords win."""
@@ -272,7 +272,7 @@ class LoaderPass(Iterator[Any]):
             close()
 
 
-def _global_states() -> dict[str, Any]:
+def global_states() -> dict[str, Any]:
     """The state of each global generator a dataset may draw from (numpy's when loaded)."""
     states: dict[str, Any] = {"torch": torch.random.get_rng_state(), "random": random.getstate()}
     numpy = sys.modules.get("numpy")
@@ -281,7 +281,7 @@ def _global_states() -> dict[str, Any]:
     return states
 
 
-def _restore_states(states: dict[str, Any]) -> None:
+def restore_states(states: dict[str, Any]) -> None:
     torch.random.set_rng_state(states["torch"])
     random.setstate(states["random"])
     if "numpy" in states:

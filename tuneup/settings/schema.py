@@ -71,7 +71,9 @@ class Knobs:
     amp_dtype: str | None = _knob("amp", "amp", None, 3, changes_numerics=True)  # AMP_DTYPES
     compile_mode: str | None = _knob(
         "compile", "compile", None, 4, changes_numerics=True,
-        random_streams="dropout masks: compiled graphs draw with their own random kernels")
+        random_streams="dropout masks: compiled graphs draw with their own random kernels, "
+        "which advance torch's global generator by other amounts (a later draw from it, a "
+        "shuffle seeded from it, comes out different)")
     cpu_threads: int | None = _knob("threads", "threads", None, 1)  # torch.set_num_threads
     cudnn_benchmark: bool | None = _knob("cudnn_benchmark", "compile", False, 1,
                                          changes_numerics=True)
