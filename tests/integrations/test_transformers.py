@@ -331,3 +331,85 @@ def test_an_autotune_trial_saves_no_checkpoint(tmp_path, monkeypatch):
         remove()
     assert Trial.steps == 4
     assert not (tmp_path / "out").exists() or not list((tmp_path / "out").iterdir())
+
+
+def bert_masked_lm() -> nn.Module:
+    """Takes ``**kwargs`` (so the Trainer leaves scaling for accumulation to it) and has the
+    default ``loss_function``, but its forward computes its own mean cross-entropy."""
+    from transformers import BertConfig, BertForMaskedLM
+
+    torch.manual_seed(0)
+    return BertForMaskedLM(BertConfig(
+        vocab_size=VOCAB, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+        intermediate_size=32, max_position_embeddings=LENGTH, hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0))
+
+
+class OwnLoss(Trainer):
+    """A subclass with its own mean loss: pieces would each count as a whole batch."""
+
+    def compute_loss(self, model: nn.Module, inputs: dict, return_outputs: bool = False,
+                     num_items_in_batch: Any = None) -> Any:
+        outputs = model(input_ids=inputs["input_ids"])
+        loss = nn.functional.cross_entropy(outputs.logits[:, :-1].flatten(0, 1),
+                                           inputs["labels"][:, 1:].flatten())
+        return (loss, outputs) if return_outputs else loss
+
+
+@pytest.mark.parametrize("make", [
+    lambda tmp_path: trainer_for(tmp_path, bert_masked_lm()),
+    lambda tmp_path: OwnLoss(model=gpt2_without_dropout(), args=arguments(tmp_path),
+                             train_dataset=Tokens(16)),
+], ids=["model-with-its-own-mean-loss", "trainer-with-its-own-loss"])
+def test_a_loss_not_divided_by_the_item_count_is_not_split(tmp_path, write_settings, make):
+    # the Trainer would not divide these losses by the pieces: each step's gradient would
+    # grow with the number of pieces (and gradient clipping would cut it)
+    write_settings(micro_batch_size=2)
+    with pytest.warns(TuneupWarning, match="micro_batch_size=2 .* not applied"):
+        trainer = tuned_trainer(make(tmp_path))
+    assert (trainer.args.per_device_train_batch_size,
+            trainer.args.gradient_accumulation_steps) == (4, 1)
+
+
+def test_label_smoothing_divides_by_the_item_count_and_is_split_exactly(
+        tmp_path, write_settings):
+    plain = trained(trainer_for(tmp_path, bert_masked_lm(), label_smoothing_factor=0.1))
+    write_settings(micro_batch_size=2)
+    tuned = trained(tuned_trainer(trainer_for(tmp_path, bert_masked_lm(),
+                                              label_smoothing_factor=0.1)))
+    assert set(tuned["rows"]) == {2} and tuned["steps"] == plain["steps"] == 6
+    assert tuned["lrs"] == plain["lrs"]
+    assert tuned["losses"] == pytest.approx(plain["losses"], rel=1e-4)
+
+
+@pytest.mark.parametrize(("size", "applied"), [(14, False), (13, True)])
+def test_drop_last_drops_whole_batches_under_a_micro_batch(tmp_path, write_settings, size,
+                                                           applied):
+    # batches of 4 with drop_last drop what is left after the last whole batch (2 or 1
+    # samples here); pieces of 2 would keep a left-over pair as an extra optimizer step
+    plain = trained(trainer_for(tmp_path, gpt2_without_dropout(), size=size, max_steps=-1,
+                                num_train_epochs=2, dataloader_drop_last=True))
+    write_settings(micro_batch_size=2)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", TuneupWarning)
+        trainer = tuned_trainer(trainer_for(tmp_path, gpt2_without_dropout(), size=size,
+                                            max_steps=-1, num_train_epochs=2,
+                                            dataloader_drop_last=True))
+    said = [str(w.message) for w in caught if issubclass(w.category, TuneupWarning)]
+    assert (trainer.args.per_device_train_batch_size == 2) is applied
+    assert said == ([] if applied else [said[0]]) and (applied or "drop_last" in said[0])
+    tuned = trained(trainer)
+    assert tuned["steps"] == plain["steps"] == 6 and tuned["lrs"] == plain["lrs"]
+    assert sum(tuned["rows"]) == sum(plain["rows"]) == 24
+    assert tuned["losses"] == pytest.approx(plain["losses"], rel=1e-4)
+
+
+def test_batch_rebalance_pieces_of_unequal_size_are_not_split_for_a_mean_loss(
+        tmp_path, write_settings):
+    # BatchRebalanceSampler sizes each piece by its lengths; the Trainer weighs pieces equally
+    write_settings(micro_batch_size=2)
+    with pytest.warns(TuneupWarning, match="batch_rebalance"):
+        trainer = tuned_trainer(trainer_for(tmp_path, Regression(),
+                                            train_sampling_strategy="batch_rebalance"))
+    assert (trainer.args.per_device_train_batch_size,
+            trainer.args.gradient_accumulation_steps) == (4, 1)

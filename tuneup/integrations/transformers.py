@@ -154,7 +154,7 @@ def _fixed_reasons(trainer: Trainer) -> dict[str, str]:
     refused = _amp_refused(args)
     if refused is not None and "amp_dtype" not in reasons:
         reasons["amp_dtype"] = refused
-    split = _split_problem(trainer, 1)
+    split = _split_problem(trainer, None)
     if split is not None:
         reasons["micro_batch_size"] = split
     reasons["persistent_workers"] = PERSISTENT_WORKERS_CHANGE_DRAWS
@@ -268,9 +268,10 @@ def _amp_refused(args: TrainingArguments) -> str | None:
     return None
 
 
-def _split_problem(trainer: Trainer, micro: int) -> str | None:
+def _split_problem(trainer: Trainer, micro: int | None) -> str | None:
     """Why training ``micro`` samples at a time with accumulation would not give each
-    optimizer step the whole batch's gradient, or None when it does."""
+    optimizer step the whole batch's gradient, or None when it does (``micro`` None: the
+    reasons that hold for every micro-batch)."""
     from torch.nn.modules.batchnorm import _BatchNorm
 
     for name, module in trainer.model.named_modules():
@@ -279,6 +280,16 @@ def _split_problem(trainer: Trainer, micro: int) -> str | None:
                     f"batch it is given, which a piece would change")
     if trainer.args.auto_find_batch_size:
         return "auto_find_batch_size changes the batch itself"
+    dataset = trainer.train_dataset
+    if micro is not None and trainer.args.dataloader_drop_last and isinstance(dataset, Sized):
+        # the loader drops what is left over after the last whole piece, not after the last
+        # whole batch: left-over pieces would train as an extra, smaller optimizer step
+        batch = trainer.args.per_device_train_batch_size
+        left = len(dataset) % batch
+        if left >= micro:
+            return (f"with dataloader_drop_last the {left} samples after the last whole batch "
+                    f"of {batch} would train in pieces of {micro} (an extra optimizer step "
+                    f"each epoch) instead of being dropped")
     if _loss_scaled_by_model(trainer):
         if _loss_divides_by_items(trainer):
             return None  # a token sum over the accumulated batch's token count: exact
@@ -286,8 +297,10 @@ def _split_problem(trainer: Trainer, micro: int) -> str | None:
                 "forward takes loss keywords) and tuneup cannot tell that its loss divides by "
                 "the accumulated batch's item count")
     # the Trainer divides each piece's loss by the number of pieces: exact for equal pieces
-    dataset = trainer.train_dataset
-    if not trainer.args.dataloader_drop_last and isinstance(dataset, Sized):
+    if getattr(trainer.args, "train_sampling_strategy", None) == "batch_rebalance":
+        return ("train_sampling_strategy='batch_rebalance' cuts each batch into pieces of "
+                "different sizes, which the Trainer weighs equally")
+    if micro is not None and not trainer.args.dataloader_drop_last and isinstance(dataset, Sized):
         last = len(dataset) % (micro * trainer.args.world_size)
         if last:
             return (f"the last batch would split into unequal pieces ({last} samples left over), "
@@ -305,15 +318,42 @@ def _loss_scaled_by_model(trainer: Trainer) -> bool:
 
 
 def _loss_divides_by_items(trainer: Trainer) -> bool:
-    """True for the transformers losses that divide a token sum by ``num_items_in_batch``."""
+    """True when the loss the Trainer backpropagates is a token sum divided by
+    ``num_items_in_batch``: the Trainer's own ``compute_loss`` with its label smoother (which
+    divides by it), or a model whose forward calls a transformers loss that does. Every
+    ``PreTrainedModel`` has a ``loss_function`` (``ForCausalLMLoss`` by default), so the
+    forward must be seen to call it: many (T5, BART, BERT's masked LM) take ``**kwargs`` but
+    compute their own mean, which the Trainer then leaves unscaled for accumulation."""
     try:
+        from transformers import Trainer as BaseTrainer
         from transformers.loss.loss_utils import ForCausalLMLoss, ForMaskedLMLoss
     except ImportError:  # transformers before 4.46 counts no items
         return False
     if getattr(trainer, "compute_loss_func", None) is not None:
         return False
-    loss = getattr(trainer.accelerator.unwrap_model(trainer.model), "loss_function", None)
-    return loss in (ForCausalLMLoss, ForMaskedLMLoss)
+    if getattr(type(trainer), "compute_loss", None) is not BaseTrainer.compute_loss:
+        return False  # a subclass's own loss: tuneup cannot see how it is weighed
+    if not getattr(trainer, "model_accepts_loss_kwargs", False):
+        return False  # the Trainer passes num_items_in_batch to no loss
+    if getattr(trainer, "label_smoother", None) is not None:
+        return True  # LabelSmoother divides by num_items_in_batch when the Trainer passes it
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    base = getattr(model, "get_base_model", None)  # a PEFT model: the transformers model inside
+    model = base() if callable(base) else model
+    loss = getattr(model, "loss_function", None)
+    return loss in (ForCausalLMLoss, ForMaskedLMLoss) and _forward_calls_loss_function(model)
+
+
+def _forward_calls_loss_function(model: Any) -> bool:
+    """Whether ``model``'s class computes its loss with ``self.loss_function`` (read from
+    the forward's source; False when the source cannot be read)."""
+    import inspect
+
+    try:
+        source = inspect.getsource(inspect.unwrap(type(model).forward))
+    except (OSError, TypeError, AttributeError):
+        return False
+    return "self.loss_function(" in source
 
 
 def _without_users_values(changes: dict[str, Any], args: TrainingArguments) -> dict[str, Any]:
