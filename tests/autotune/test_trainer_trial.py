@@ -208,3 +208,11 @@ def test_autotune_on_an_input_bound_trainer_script(tmp_path, text, prep):
     assert all(t["status"] in ("ok", "skipped", "budget") for t in summary["trials"])
     settings = read(output)
     assert settings.measured.effective_batch_size in (16, 32)
+
+
+def test_a_trainer_script_too_short_to_measure_is_told_so_not_that_it_fails(tmp_path):
+    path = script(tmp_path, LIGHTNING_SCRIPT.replace("max_epochs=20", "max_steps=3"))
+    result = CliRunner().invoke(main, ["autotune", str(path), "--budget", "60"])
+    assert result.exit_code == 1
+    assert "ended before PyTorch's defaults could be measured once" in result.output
+    assert "fails" not in result.output and "Traceback" not in result.output

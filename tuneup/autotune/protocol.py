@@ -32,6 +32,9 @@ EVENT_EXIT, EVENT_DONE = "exit", "done"
 # How a trial ends. The first four come from the child, the rest from the parent.
 OK, OOM, ERROR, NONFINITE = "ok", "oom", "error", "nonfinite"
 CRASH, HANG, BUDGET, SKIPPED = "crash", "hang", "budget", "skipped"
+# an ERROR's message from the parent when the script's loop keeps ending before a trial can
+SCRIPT_TOO_SHORT = ("the script's loop ended before a trial finished twice in a row: give it "
+                    "more steps through SCRIPT_ARGS")
 
 @dataclass
 class Plan:

@@ -320,10 +320,9 @@ class Runner:
                 pending = []
             idle_processes = 0 if finished else idle_processes + 1
             if idle_processes >= 2 and pending:
-                message = ("the script's loop ended before a trial finished twice in a row: "
-                           "give it more steps through SCRIPT_ARGS")
                 for trial in pending:
-                    results[trial.id] = TrialResult(trial, ERROR, message=message)
+                    results[trial.id] = TrialResult(trial, ERROR,
+                                                    message=protocol.SCRIPT_TOO_SHORT)
                 pending = []
         for trial in pending:
             results[trial.id] = TrialResult(trial, BUDGET, message="budget exhausted")

@@ -63,6 +63,10 @@ def measure_baseline(search: Search) -> TrialResult:
         raise _out_of_memory(search, baseline, tried=facts is not None)
     if baseline.status == protocol.BUDGET:
         raise _out_of_budget(search, baseline, started=facts is not None)
+    if baseline.message == protocol.SCRIPT_TOO_SHORT:  # nothing failed: it ended too soon
+        raise SearchError("the script's training ended before PyTorch's defaults could be "
+                          "measured once: give it more steps through SCRIPT_ARGS (after --), "
+                          "or more epochs or data")
     if not baseline.ok:
         raise SearchError(f"the script fails with PyTorch defaults ({baseline.status}: "
                           f"{baseline.message}); fix that before tuning")
