@@ -309,23 +309,26 @@ def test_bf16_that_training_arguments_would_refuse_is_not_tuned(tmp_path):
     assert "amp_dtype" not in _fixed_reasons(trainer_for(tmp_path))  # use_cpu=True: it can
 
 
-def test_an_autotune_trial_saves_no_checkpoint(tmp_path, monkeypatch):
+def test_an_autotune_trial_saves_no_checkpoint(tmp_path):
     from tuneup.runtime import hooks
 
     class Trial(hooks.Observer):
         steps = 0
 
         def trainer_knobs(self, run: Any, knobs: Any) -> Any:
+            run.saves = False  # as autotune's trial says
             return knobs
 
         def trainer_step(self, run: Any, loss: Any) -> None:
             Trial.steps += 1
 
-    monkeypatch.setenv("TUNEUP_PROBE", str(tmp_path / "plan.json"))
     remove = hooks.install(Trial())
     try:
-        trainer = tuned_trainer(trainer_for(tmp_path, save_strategy="steps", save_steps=2,
-                                            max_steps=4))
+        # "best" decides saving after every callback has run: only the arguments can stop it
+        args = arguments(tmp_path, save_strategy="best", eval_strategy="steps", eval_steps=2,
+                         metric_for_best_model="loss", load_best_model_at_end=True, max_steps=4)
+        trainer = tuned_trainer(Trainer(model=gpt2(), args=args, train_dataset=Tokens(16),
+                                        eval_dataset=Tokens(8)))
         trainer.train()
     finally:
         remove()

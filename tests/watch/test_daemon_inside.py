@@ -263,3 +263,14 @@ def test_a_fork_is_read_again_once_it_execs_into_a_job(spawn):
         assert time.monotonic() < deadline
         time.sleep(0.05)
     assert [(f.pid, f.found_by) for f in finder.find()] == [(child, IMPORTS)]
+
+
+FORKS = "import os, time\nchild = os.fork()\nprint(child, flush=True) if child else None\ntime.sleep(60)\n"
+
+
+def test_a_fork_that_holds_a_gpu_is_a_job_at_once(spawn):
+    """A fork pool's member never execs: on a GPU it is a job, whatever its command line."""
+    pool = spawn(FORKS, stdout=subprocess.PIPE, text=True)
+    member = int(pool.stdout.readline())
+    assert [(f.pid, f.found_by) for f in finder_for(pool.pid, member).find(on_gpu={member})] \
+        == [(member, GPU)]

@@ -28,7 +28,6 @@ from tuneup.autotune.child_facts import (
     save_atomically,
     usable_cores,
 )
-from tuneup.runtime import apply
 from tuneup.runtime.hooks import TrainerRun
 from tuneup.settings import Knobs
 
@@ -44,6 +43,7 @@ class TrainerTrial:
     def __init__(self, session: TrialSession, run: TrainerRun) -> None:
         self.session = session
         self.run = run
+        run.saves = False  # a trial's checkpoints are not the run's
         plan = session.plan
         self.entry = plan.trials[0] if plan.trials else None
         self.knobs = Knobs.from_dict(self.entry.get("knobs") or {}) if self.entry else Knobs()

@@ -23,6 +23,11 @@ HF_LOADER_FIELDS = {
     "persistent_workers": "dataloader_persistent_workers",
 }
 HF_AMP_FIELDS = {"bfloat16": "bf16", "float16": "fp16"}  # amp_dtype -> the flag set True
+# why a Trainer never gets persistent workers from the settings
+HF_PERSISTENT_WORKERS = (
+    "the Trainer makes a new loader iterator each epoch and evaluation, which draws from "
+    "torch's global generator unless workers persist: persistent workers would change "
+    "dropout's draws (set dataloader_persistent_workers=True yourself if that is fine)")
 LIGHTNING_PRECISION = {"bfloat16": "bf16-mixed", "float16": "16-mixed"}  # Trainer(precision=)
 ACCELERATE_PRECISION = {"bfloat16": "bf16", "float16": "fp16"}  # ACCELERATE_MIXED_PRECISION
 
@@ -81,12 +86,13 @@ def as_plain(knobs: Knobs) -> Spelled:
 def as_hf(knobs: Knobs, batch_size: int | None = None, accumulation: int = 1) -> Spelled:
     """``transformers.TrainingArguments`` fields. The micro-batch needs the user's
     per-device ``batch_size`` (and gradient accumulation) to keep the effective batch."""
-    arguments = {HF_LOADER_FIELDS[k]: v for k, v in knobs.loader_kwargs().items()}
+    arguments = {HF_LOADER_FIELDS[k]: v for k, v in knobs.loader_kwargs().items()
+                 if k != "persistent_workers"}
     if knobs.amp_dtype is not None:
         arguments[HF_AMP_FIELDS[knobs.amp_dtype]] = True
     if knobs.compile_mode is not None:
         arguments.update(torch_compile=True, torch_compile_mode=knobs.compile_mode)
-    left_out = {}
+    left_out = {"persistent_workers": HF_PERSISTENT_WORKERS} if knobs.persistent_workers else {}
     if knobs.micro_batch_size is not None:
         pieces = batch_size and micro_batch_split(batch_size, knobs.micro_batch_size)
         if pieces:

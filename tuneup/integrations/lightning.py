@@ -172,7 +172,7 @@ class TunedLoaders(pl.Callback):
         self.accumulate = trainer.accumulate_grad_batches
         if self.run is not None and getattr(pl_module, "_compiler_ctx", None) is not None:
             # decided by the script: not tuned (a compile trial would only fail)
-            self.run.fixed_reasons.setdefault("compile_mode", "you compiled the module yourself")
+            self.run.fixed_reasons.setdefault("compile_mode", COMPILED_BY_YOU)
         if self.knobs.compile_mode is not None:
             _compile_parts(pl_module, self.knobs.compile_mode, self.run)
         if self.observer is not None:
@@ -325,7 +325,8 @@ class TunedLoaders(pl.Callback):
             del tuned["num_workers"]
         if tuned.get("num_workers") and order_problem is not None:
             store.warn(f"num_workers={tuned['num_workers']} from the settings is not applied: "
-                       f"{order_problem}")
+                       f"{order_problem}; set num_workers on your DataLoader yourself if "
+                       "another order is fine")
             del tuned["num_workers"]
         if tuned.get("persistent_workers") and _persistent_problem(loader) is not None:
             del tuned["persistent_workers"]
@@ -438,12 +439,15 @@ def _shuffles(loader: DataLoader) -> bool:
         loader.sampler, (SequentialSampler, DistributedSampler))
 
 
+COMPILED_BY_YOU = "you compiled the module yourself"
+
+
 def _compile_parts(module: pl.LightningModule, mode: str, run: Any) -> None:
     """Compile ``module``'s direct submodules in place (as ``nn.Module.compile`` does, see
     :func:`_through`): Lightning calls ``training_step``, not the module, so compiling the
     LightningModule itself would reach nothing its step calls; the submodules are what it
     runs. A module you compiled yourself is left as it is, and so is a part you compiled."""
-    problem = ("you compiled the module yourself"
+    problem = (COMPILED_BY_YOU
                if getattr(module, "_compiler_ctx", None) is not None
                else None if hasattr(torch.nn.Module, "compile")
                else f"torch {torch.__version__} has no nn.Module.compile (2.2 and later)")
@@ -473,7 +477,8 @@ def _eager_on_failure(part: torch.nn.Module, compiled: Any, mode: str) -> Any:
             if apply.is_out_of_memory(exc):
                 raise
             store.warn(f"torch.compile(mode={mode!r}) of {type(part).__name__} failed at the "
-                       f"first call ({apply.one_line(exc)}); running it eager")
+                       f"first call ({apply.one_line(exc)}); running it eager (remove "
+                       "compile_mode from the settings file to skip the attempt)")
             part._compiled_call_impl = None
             return part._call_impl(*args, **kwargs)
         part._compiled_call_impl = compiled

@@ -11,11 +11,10 @@ set in ``TrainingArguments`` win over the settings file, as keywords passed to
 from __future__ import annotations
 
 import dataclasses
-import os
+import inspect
 from collections.abc import Sized
 from typing import TYPE_CHECKING, Any
 
-from tuneup.autotune.protocol import ENV_PROBE
 from tuneup.integrations import knobs_as, require
 from tuneup.settings import Knobs, store
 
@@ -34,7 +33,8 @@ def tuned_trainer(trainer: Trainer) -> Trainer:
 
     Reads the settings file as ``tuned_loop`` does (``TUNEUP_SETTINGS``, else
     ``<script>.tuneup.json``); without one the trainer is returned unchanged. Applied:
-    the loader knobs as ``dataloader_*`` fields, ``amp_dtype`` as ``bf16`` / ``fp16``,
+    the loader knobs as ``dataloader_*`` fields (never ``persistent_workers``: see
+    :data:`~tuneup.integrations.knobs_as.HF_PERSISTENT_WORKERS`), ``amp_dtype`` as ``bf16`` / ``fp16``,
     ``compile_mode`` as ``torch_compile_mode``, threads / cuDNN / matmul precision for the
     process, and ``micro_batch_size`` as a smaller per-device batch with more gradient
     accumulation (same samples per optimizer step) when it splits the batch exactly and
@@ -64,9 +64,21 @@ def tuned_trainer(trainer: Trainer) -> Trainer:
         unapplied = _apply(trainer, knobs)
         if run is not None:
             run.unapplied = unapplied
+    if run is not None and not run.saves:
+        _no_saving(trainer)
     if run is not None:
         _report_steps(trainer, observer, run)
     return trainer
+
+
+def _no_saving(trainer: Trainer) -> None:
+    """Arguments that neither checkpoint nor push to the Hub (an autotune trial: its weights
+    would land among the run's checkpoints, or be published)."""
+    off = {"save_strategy": "no", "push_to_hub": False, "load_best_model_at_end": False}
+    tuned = _replaced(trainer.args, off)
+    if tuned is not None:
+        trainer.args = tuned
+        _rebuild(trainer)
 
 
 def _apply(trainer: Trainer, knobs: Knobs) -> dict[str, str]:
@@ -157,7 +169,7 @@ def _fixed_reasons(trainer: Trainer) -> dict[str, str]:
     split = _split_problem(trainer, None)
     if split is not None:
         reasons["micro_batch_size"] = split
-    reasons["persistent_workers"] = PERSISTENT_WORKERS_CHANGE_DRAWS
+    reasons.setdefault("persistent_workers", knobs_as.HF_PERSISTENT_WORKERS)
     stream = _stream_problem(trainer)
     if stream is not None:
         for knob in ("num_workers", "prefetch_factor", "persistent_workers"):
@@ -173,9 +185,6 @@ def _report_steps(trainer: Trainer, observer: Any, run: Any) -> None:
 
     losses: list[Any] = []
     training_step = trainer.training_step
-    # an autotune trial saves no checkpoint: it would land among the user's (in the very
-    # folders of a real run's checkpoints) with a trial's weights, or go to the Hub
-    trial = bool(os.environ.get(ENV_PROBE))
 
     def counted(*args: Any, **kwargs: Any) -> Any:
         loss = training_step(*args, **kwargs)
@@ -192,12 +201,6 @@ def _report_steps(trainer: Trainer, observer: Any, run: Any) -> None:
             loss = sum(losses[1:], losses[0]) if losses else None
             losses.clear()
             observer.trainer_step(run, loss)
-            if trial:
-                control.should_save = False
-
-        def on_epoch_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            if trial:
-                control.should_save = False
 
         def on_evaluate(self, *args: Any, **kwargs: Any) -> None:
             observer.trainer_paused(run)
@@ -229,9 +232,9 @@ def _usable_here(knobs: Knobs, trainer: Trainer) -> Knobs:
         knobs = knobs.replace(amp_dtype=None)
     if device.type != "cuda":
         knobs = knobs.replace(pin_memory=None)
-    # each new iterator of a loader without workers kept alive draws its workers' base seed
-    # from torch's global generator (every epoch, every evaluation); persistent workers skip
-    # those draws, which shifts dropout and any other draw of the training step
+    if knobs.persistent_workers:
+        store.warn(f"persistent_workers=True from the settings is not applied: "
+                   f"{knobs_as.HF_PERSISTENT_WORKERS}")
     knobs = knobs.replace(persistent_workers=None)
     stream = _stream_problem(trainer)
     if stream is not None and knobs.num_workers:
@@ -240,12 +243,6 @@ def _usable_here(knobs: Knobs, trainer: Trainer) -> Knobs:
     if stream is not None:
         knobs = knobs.replace(num_workers=None, prefetch_factor=None)
     return knobs
-
-
-PERSISTENT_WORKERS_CHANGE_DRAWS = (
-    "the Trainer makes a new loader iterator each epoch and evaluation, which draws from "
-    "torch's global generator unless workers persist: persistent workers would change "
-    "dropout's draws")
 
 
 def _stream_problem(trainer: Trainer) -> str | None:
@@ -335,8 +332,9 @@ def _loss_divides_by_items(trainer: Trainer) -> bool:
         return False  # a subclass's own loss: tuneup cannot see how it is weighed
     if not getattr(trainer, "model_accepts_loss_kwargs", False):
         return False  # the Trainer passes num_items_in_batch to no loss
-    if getattr(trainer, "label_smoother", None) is not None:
-        return True  # LabelSmoother divides by num_items_in_batch when the Trainer passes it
+    smoother = getattr(trainer, "label_smoother", None)
+    if smoother is not None:  # it divides by num_items_in_batch only where it takes it
+        return "num_items_in_batch" in inspect.signature(type(smoother).__call__).parameters
     model = trainer.accelerator.unwrap_model(trainer.model)
     base = getattr(model, "get_base_model", None)  # a PEFT model: the transformers model inside
     model = base() if callable(base) else model
@@ -347,8 +345,6 @@ def _loss_divides_by_items(trainer: Trainer) -> bool:
 def _forward_calls_loss_function(model: Any) -> bool:
     """Whether ``model``'s class computes its loss with ``self.loss_function`` (read from
     the forward's source; False when the source cannot be read)."""
-    import inspect
-
     try:
         source = inspect.getsource(inspect.unwrap(type(model).forward))
     except (OSError, TypeError, AttributeError):

@@ -46,6 +46,9 @@ class TrainerRun:
     dataset_size: int | None = None
     fixed_reasons: dict[str, str] = field(default_factory=dict)  # knob -> why it is not tuned
     unapplied: dict[str, str] = field(default_factory=dict)  # knob asked for -> why it is not
+    # False once an observer says the run is a timing trial: a trial's checkpoints would pass
+    # for the run's, and a push to a hub would publish them (the integration turns them off)
+    saves: bool = True
 
 
 class Observer:

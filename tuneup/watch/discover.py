@@ -9,15 +9,16 @@ daemon, ``tuneup watch``, ``tuneup autotune``) are never jobs. A Python process 
 environment cannot be read (another user's) is skipped and said once per user.
 
 What a process is does not change once it has exec'd, so each is read once, when first
-seen; a fork that has not exec'd (its parent's command line, its parent's environment) and
-one caught inside ``exec`` are read again next tick, and the GPU list every tick. A job's script is another user's file: it is
-read through :func:`~tuneup.watch.safe_files.read_regular` (no link followed, a named pipe
+seen; a young fork that has not exec'd (its parent's command line, its parent's
+environment) and one caught inside ``exec`` are read again next tick, and the GPU list
+every tick. A job's script is another user's file: it is read through :func:`~tuneup.watch.safe_files.read_regular` (no link followed, a named pipe
 never waited on, a bounded read), so no job can stall the daemon.
 """
 
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +35,7 @@ IMPORTS_TUNEUP = re.compile(  # ``from tuneup...``, ``import tuneup``, ``import 
     rb"^[ \t]*(?:from[ \t]+tuneup\b|import[ \t]+(?:[\w.]+(?:[ \t]+as[ \t]+\w+)?[ \t]*,[ \t]*)*"
     rb"tuneup\b)", re.MULTILINE)
 MAX_SCRIPT_BYTES = 1 << 20  # a training script's imports are near its top
+FORK_GRACE_S = 10.0  # a fork still without exec after this is read as it is
 TOOL_MODULES = ("tuneup.cli", "tuneup.watch.daemon")
 
 
@@ -131,7 +133,7 @@ class Finder:
         self._parents = {pid: parent for pid, parent in self._parents.items() if pid in pids}
         for pid in pids - self._seen.keys():
             try:
-                self._seen[pid] = self._read(pid)
+                self._seen[pid] = self._read(pid, holds_gpu=pid in on_gpu)
             except _NotYet:
                 continue
         jobs = {pid: seen for pid, seen in self._seen.items()
@@ -141,7 +143,7 @@ class Finder:
                 for pid, seen in sorted(jobs.items())
                 if not any(parent in jobs for parent in self._ancestors(pid))]
 
-    def _read(self, pid: int) -> _Seen | None:
+    def _read(self, pid: int, holds_gpu: bool = False) -> _Seen | None:
         """What the process is, or ``None`` when it is no job (not Python, a tuneup tool,
         the daemon itself, gone, or unreadable)."""
         if pid == self.own_pid:
@@ -153,7 +155,7 @@ class Finder:
             if not cmdline and name.startswith("python") and (
                     process.status() != psutil.STATUS_ZOMBIE):
                 raise _NotYet  # kernel threads too have no command line, but other names
-            if cmdline and self._forked(process.ppid(), cmdline):
+            if cmdline and not holds_gpu and self._forked(process, cmdline):
                 raise _NotYet  # it may exec into a job yet: read it again next tick
             if not is_python(name, cmdline) or is_tuneup_tool(cmdline):
                 return None
@@ -175,12 +177,15 @@ class Finder:
         return _Seen(command=tuple(cmdline), user=user, marked=marked,
                      feed_directory=feed_directory(environ))
 
-    def _forked(self, parent: int, cmdline: list[str]) -> bool:
-        """A process with its parent's command line is a fork that has not exec'd (a shell
-        starting ``python train.py``, a Python launcher) or never will (a DataLoader
-        worker, which belongs to its parent's tree anyway)."""
+    def _forked(self, process: psutil.Process, cmdline: list[str]) -> bool:
+        """A young process with its parent's command line: a fork that has not exec'd yet (a
+        shell starting ``python train.py``, a Python launcher). One older than
+        :data:`FORK_GRACE_S` never will (a DataLoader worker, a fork pool's member) and is
+        read as it is."""
         try:
-            return bool(parent) and self.open_process(parent).cmdline() == cmdline
+            parent = process.ppid()
+            return (bool(parent) and time.time() - process.create_time() < FORK_GRACE_S
+                    and self.open_process(parent).cmdline() == cmdline)
         except psutil.Error:
             return False
 

@@ -208,8 +208,7 @@ def _decide(search: Search, runs: dict[Knobs, list[TrialResult]], step: dict[Kno
     weightless = alternative is not None and weightless_change(alternative, pick)
     if alternative is not None and merge(runs.get(alternative, [])) is not None and \
             as_fast(alternative, pick, 1 / gain if weightless else gain):
-        why = (f"is faster by more than the tie zone ({gain - 1:.0%}) by the median of the "
-               "paired rounds; taking it" if weightless
+        why = (f"is faster by more than the tie zone ({gain - 1:.0%}); taking it" if weightless
                else "is as fast within noise, or faster; keeping the simpler settings")
         search.note(f"confirm: {describe(alternative)} {why}")
         pick = alternative
