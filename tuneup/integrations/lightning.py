@@ -25,7 +25,7 @@ from torch.utils.data import (
 
 from tuneup.integrations import knobs_as, require
 from tuneup.runtime import apply
-from tuneup.runtime.loader import global_states, restore_states
+from tuneup.runtime.loader import loading_draws_from_torch
 from tuneup.settings import Knobs, store
 from tuneup.settings.schema import knob_facts
 
@@ -421,15 +421,9 @@ def _seeded_globally(loader: DataLoader) -> bool:
 
 def _loading_draws(loader: DataLoader) -> bool:
     """Whether loading and collating sample 0 in the main process advances torch's global
-    CPU generator. The global generators' states are put back: the check moves no draw."""
-    before = global_states()
-    try:
-        sample = loader.dataset[0]
-        automatic = loader.batch_size is not None or loader.batch_sampler is not None
-        loader.collate_fn([sample] if automatic else sample)
-        return not torch.equal(before["torch"], torch.random.get_rng_state())
-    finally:
-        restore_states(before)
+    CPU generator (the states are put back)."""
+    automatic = loader.batch_size is not None or loader.batch_sampler is not None
+    return loading_draws_from_torch(loader.dataset, loader.collate_fn, unbatched=not automatic)
 
 
 def _shuffles(loader: DataLoader) -> bool:

@@ -19,7 +19,7 @@ import random
 import sys
 import time
 import types
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -117,19 +117,10 @@ class TunedLoader:
         return isinstance(sampler, _GLOBALLY_SEEDED) and sampler.generator is None
 
     def _loading_draws_from_torch(self) -> bool:
-        """Whether loading and collating sample 0 advances torch's global CPU generator (the
-        one a shuffle without ``generator=`` seeds from). The global generators' states
-        (torch's, Python's, numpy's) are put back: the check moves no random stream."""
         unbatched = "batch_size" in self.user_kwargs and self.user_kwargs["batch_size"] is None
         collate = self.user_kwargs.get("collate_fn") or (
             default_convert if unbatched else default_collate)
-        before = global_states()
-        try:
-            sample = self.dataset[0]
-            collate(sample if unbatched else [sample])
-            return not torch.equal(before["torch"], torch.random.get_rng_state())
-        finally:
-            restore_states(before)
+        return loading_draws_from_torch(self.dataset, collate, unbatched)
 
     def configure(self, knobs: Knobs) -> None:
         """(Re)build the inner DataLoader for ``knobs``; the user's own keywords win."""
@@ -272,7 +263,21 @@ class LoaderPass(Iterator[Any]):
             close()
 
 
-def global_states() -> dict[str, Any]:
+def loading_draws_from_torch(dataset: Any, collate: Callable[[Any], Any],
+                             unbatched: bool) -> bool:
+    """Whether loading and collating sample 0 advances torch's global CPU generator (the
+    one a shuffle without ``generator=`` seeds from). The global generators' states
+    (torch's, Python's, numpy's) are put back: the check moves no random stream."""
+    before = _global_states()
+    try:
+        sample = dataset[0]
+        collate(sample if unbatched else [sample])
+        return not torch.equal(before["torch"], torch.random.get_rng_state())
+    finally:
+        _restore_states(before)
+
+
+def _global_states() -> dict[str, Any]:
     """The state of each global generator a dataset may draw from (numpy's when loaded)."""
     states: dict[str, Any] = {"torch": torch.random.get_rng_state(), "random": random.getstate()}
     numpy = sys.modules.get("numpy")
@@ -281,7 +286,7 @@ def global_states() -> dict[str, Any]:
     return states
 
 
-def restore_states(states: dict[str, Any]) -> None:
+def _restore_states(states: dict[str, Any]) -> None:
     torch.random.set_rng_state(states["torch"])
     random.setstate(states["random"])
     if "numpy" in states:
