@@ -160,8 +160,9 @@ def fast_quarter(seconds: list[float]) -> float:
     return statistics.fmean(fastest)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def arguments(description: str) -> argparse.ArgumentParser:
+    """The options this benchmark and its like (bench_probe.py) share."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--rounds", type=int, default=21)
     parser.add_argument("--batch-sizes", default="16,64,256")
     parser.add_argument("--examples", action="store_true",
@@ -170,7 +171,11 @@ def main() -> None:
                         help="torch threads (default 1: steadier on a shared machine)")
     parser.add_argument("--clock", choices=sorted(CLOCK), default="cpu",
                         help="cpu: the main thread's CPU time (default); wall: wall clock")
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = arguments(__doc__.splitlines()[0]).parse_args()
     global clock
     clock = CLOCK[args.clock]
     torch.set_num_threads(args.threads)

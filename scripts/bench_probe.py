@@ -20,7 +20,6 @@ per batch in µs. Target: under 1 % on the examples' step sizes.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import tempfile
@@ -141,17 +140,9 @@ def compare(switch: Switch, label: str, workload: tuple[Dataset, torch.nn.Module
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=21)
-    parser.add_argument("--batch-sizes", default="16,64,256")
-    parser.add_argument("--examples", action="store_true",
-                        help="also the two examples at their default batch size (slower)")
+    parser = bench_overhead.arguments(__doc__.splitlines()[0])
     parser.add_argument("--example-rounds", type=int, default=15,
                         help="rounds of the examples (an epoch of each: ~1 s)")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="torch threads (default 1: steadier on a shared machine)")
-    parser.add_argument("--clock", choices=sorted(CLOCK), default="cpu",
-                        help="cpu: the main thread's CPU time (default); wall: wall clock")
     args = parser.parse_args()
     bench_overhead.clock = CLOCK[args.clock]  # plain_runner reads the module's clock
     torch.set_num_threads(args.threads)
