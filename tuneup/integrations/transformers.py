@@ -59,31 +59,26 @@ def tuned_trainer(trainer: Trainer) -> Trainer:
     if observer is not hooks.NOBODY:  # unobserved, nothing but the settings is read
         run = _run_of(trainer)
         knobs = observer.trainer_knobs(run, knobs)
-    if knobs.changed():
+    trial = run is not None and not run.saves
+    if knobs.changed() or trial:
         apply.apply_process_knobs(knobs)
-        unapplied = _apply(trainer, knobs)
+        unapplied = _apply(trainer, knobs, NO_SAVING if trial else {})
         if run is not None:
             run.unapplied = unapplied
-    if run is not None and not run.saves:
-        _no_saving(trainer)
     if run is not None:
         _report_steps(trainer, observer, run)
     return trainer
 
 
-def _no_saving(trainer: Trainer) -> None:
-    """Arguments that neither checkpoint nor push to the Hub (an autotune trial: its weights
-    would land among the run's checkpoints, or be published)."""
-    off = {"save_strategy": "no", "push_to_hub": False, "load_best_model_at_end": False}
-    tuned = _replaced(trainer.args, off)
-    if tuned is not None:
-        trainer.args = tuned
-        _rebuild(trainer)
+# an autotune trial's arguments: its weights would land among the run's checkpoints, or be
+# published on the Hub
+NO_SAVING = {"save_strategy": "no", "push_to_hub": False, "load_best_model_at_end": False}
 
 
-def _apply(trainer: Trainer, knobs: Knobs) -> dict[str, str]:
-    """Apply ``knobs`` to ``trainer``'s arguments; returns each knob left unapplied, with why
-    (each also said in one warning where the reason is not the user's own value)."""
+def _apply(trainer: Trainer, knobs: Knobs, also: dict[str, Any]) -> dict[str, str]:
+    """Apply ``knobs`` to ``trainer``'s arguments, and ``also`` (fields set whatever the user
+    set); returns each knob left unapplied, with why (each also said in one warning where
+    the reason is not the user's own value). One new TrainingArguments, one rebuild."""
     args = trainer.args
     usable = _usable_here(knobs, trainer)
     spelled = knobs_as.as_hf(usable, args.per_device_train_batch_size,
@@ -97,7 +92,7 @@ def _apply(trainer: Trainer, knobs: Knobs) -> dict[str, str]:
                    f"applied: {problem}; training on whole batches")
         for name in _BATCH:
             changes.pop(name, None)
-    changes = _without_users_values(changes, args)
+    changes = {**_without_users_values(changes, args), **also}
     tuned = _replaced(args, changes) if changes else None
     if tuned is not None:
         trainer.args = tuned
