@@ -181,13 +181,24 @@ def _scalar(kinds: tuple[type, ...], value: Any) -> Any:
     return printable(value) if isinstance(value, str) else value
 
 
-_ESCAPES = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])")
-_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_STRING_END = r"[^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)?"  # OSC, DCS, APC... up to BEL or ST
+_ESCAPES = re.compile(  # 7-bit ESC sequences (CSI, strings, the rest) and their 8-bit C1 forms
+    r"\x1b(?:\[[0-?]*[ -/]*[@-~]|[\]PX^_]" + _STRING_END + r"|[ -/]*[0-~])"
+    r"|\x9b[0-?]*[ -/]*[@-~]|[\x90\x98\x9d-\x9f]" + _STRING_END)
+# C0 and C1 controls, and the format characters that reorder or hide text (bidi overrides
+# and isolates, zero-width characters, line and paragraph separators)
+_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e"
+                       "\u2060-\u206f\ufeff\ufff9-\ufffb]")
+_SURROGATES = re.compile("[\ud800-\udfff]")  # bytes no encoding held (os.fsdecode's escapes)
 MAX_TEXT = 1000  # characters of one fact: a version, a name, a path, one message
 
 
-def printable(text: str, limit: int = MAX_TEXT) -> str:
-    """``text`` without terminal escape sequences or control characters (they would act on
-    the reader's terminal when the report is printed), cut to ``limit`` characters."""
-    text = _CONTROLS.sub("", _ESCAPES.sub("", text))
+def printable(text: str, limit: int = MAX_TEXT, *, one_line: bool = False) -> str:
+    """``text`` without terminal escape sequences, control or bidi characters (they would act
+    on the reader's terminal, or hide text, when it is printed), bytes that were no UTF-8 as
+    U+FFFD, cut to ``limit`` characters; with ``one_line``, tabs and newlines become spaces.
+    The one such filter: the doctor's pasted reports and the watcher's processes use it."""
+    text = _SURROGATES.sub("\ufffd", _CONTROLS.sub("", _ESCAPES.sub("", text)))
+    if one_line:
+        text = text.replace("\n", " ").replace("\t", " ")
     return text if len(text) <= limit else text[:limit - 1] + "…"

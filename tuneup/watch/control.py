@@ -19,6 +19,7 @@ from rich.text import Text
 
 from tuneup import terminal
 from tuneup.errors import TuneupError
+from tuneup.machine.snapshot import printable
 from tuneup.watch.state import StateDir
 
 STOP_TIMEOUT_S = 30.0
@@ -80,11 +81,11 @@ def _ago(stamp: str) -> str:
 
 
 def _job(command: list[str]) -> str:
-    """The command, short: ``python train.py --lr 3`` (no paths to the interpreter or the
-    script: the JSON form has them)."""
+    """The command, short and printable: ``python train.py --lr 3`` (no paths to the
+    interpreter or the script: the JSON form has them)."""
     words = [Path(word).name if index == 0 or word.endswith(".py") else word
              for index, word in enumerate(command)] or ["?"]
-    text = " ".join(words)
+    text = printable(" ".join(words), one_line=True)
     return text if len(text) <= 48 else text[:47] + "…"
 
 
@@ -94,7 +95,7 @@ def print_status(console: Console, data: dict[str, Any]) -> None:
                   f"every {data['interval_s']:g} s; state {data['state_dir']}; log {data['log']}"
                   + (f"; metrics {data['serve']}" if data.get("serve") else ""), markup=False)
     for note in data.get("notes", []):
-        console.print(Text(f"note: {note}", style="dim"))
+        console.print(Text(f"note: {printable(note, one_line=True)}", style="dim"))
     jobs = data.get("jobs", [])
     if not jobs:
         console.print("no training job seen yet")
@@ -115,7 +116,8 @@ def print_status(console: Console, data: dict[str, Any]) -> None:
     console.print(table)
     for job in jobs:
         if job.get("verdict"):
-            console.print(Text(f"{job['pid']}: {job['verdict']['reason']}"))
+            console.print(Text(f"{job['pid']}: "
+                               f"{printable(job['verdict']['reason'], one_line=True)}"))
 
 
 @click.command(context_settings=SETTINGS)

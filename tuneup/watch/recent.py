@@ -6,17 +6,21 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 
+from tuneup.machine.snapshot import printable
 from tuneup.watch.samples import Sample
 from tuneup.watch.verdict import Figures, Verdict, decide, reduce
 
 WINDOW_S = 10.0  # recent enough to follow a job's phases, long enough to hold
+MAX_SCRIPT_CHARS = 256  # of a script's path, in the verdicts' text and the metrics' labels
 
 
 def script_of(command: Sequence[str] | None) -> str:
-    """The training script a command runs, for the actions' commands (``train.py`` if none)."""
+    """The training script a command runs, for the actions' commands (``train.py`` if none):
+    printable, as it reaches terminals and the metrics' labels (another user's process may
+    name its script with escape sequences, or with bytes that are no UTF-8)."""
     for word in command or ():
         if word.endswith(".py"):
-            return word
+            return printable(word, MAX_SCRIPT_CHARS, one_line=True)
     return "train.py"
 
 

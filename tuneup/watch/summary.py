@@ -15,6 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from tuneup.files import write_atomic
+from tuneup.machine.snapshot import printable
 from tuneup.watch.samples import WORKER, RuntimeSample, Sample
 from tuneup.watch.verdict import Figures, ceiling_line, decide, reduce, rounded
 
@@ -112,7 +113,8 @@ def write(summary: dict[str, Any], path: Path) -> None:
 
 
 def print_text(console: Console, summary: dict[str, Any]) -> None:
-    what = " ".join(summary["command"]) if summary["command"] else f"pid {summary['pid']}"
+    what = (printable(" ".join(summary["command"]), one_line=True) if summary["command"]
+            else f"pid {summary['pid']}")
     status = summary["exit_status"]
     console.print(f"tuneup watch: {what}: {summary['duration_s']:.0f} s, {summary['samples']} "
                   "samples" + (f", exit status {status}" if status is not None else ""),
@@ -129,13 +131,14 @@ def print_text(console: Console, summary: dict[str, Any]) -> None:
     else:
         evidence = " · ".join(f"{key} {value}" for key, value in verdict["evidence"].items()
                               if value is not None)
-        rows.add_row("verdict", Text(f"{verdict['kind']}: {verdict['reason']}"))
+        rows.add_row("verdict", Text(f"{verdict['kind']}: "
+                                     f"{printable(verdict['reason'], one_line=True)}"))
         if verdict.get("ceiling") is not None:
             rows.add_row("ceiling", Text(ceiling_line(verdict["ceiling"])))
-        rows.add_row("evidence", Text(evidence))
-        rows.add_row("action", Text(verdict["action"]))
+        rows.add_row("evidence", Text(printable(evidence, one_line=True)))
+        rows.add_row("action", Text(printable(verdict["action"], one_line=True)))
     for note in summary["notes"]:
-        rows.add_row("note", Text(note))
+        rows.add_row("note", Text(printable(note, one_line=True)))
     with console.capture() as capture:
         console.print(Padding(rows, (0, 0, 0, 2)))
     console.file.write("".join(line.rstrip() + "\n" for line in capture.get().splitlines()))

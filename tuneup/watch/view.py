@@ -16,6 +16,7 @@ from typing import TextIO
 from rich.console import Console
 from rich.text import Text
 
+from tuneup.machine.snapshot import printable
 from tuneup.watch.samples import MAIN, WORKER, Sample
 from tuneup.watch.verdict import Figures, Verdict, ceiling_line
 
@@ -86,7 +87,7 @@ def status_lines(sample: Sample, figures: Figures | None, verdict: Verdict | Non
     if verdict is None:
         lines.append(Text("verdict: sampling…", style="dim"))
     else:
-        line = Text(verdict.kind, style="bold") + Text(f": {verdict.reason}")
+        line = Text(verdict.kind, style="bold") + Text(f": {printable(verdict.reason)}")
         ceiling = verdict.ceiling
         if ceiling is not None and ceiling.speedup_at_most is not None:
             line += Text(f" · {ceiling_line(ceiling.to_dict())}", style="dim")
