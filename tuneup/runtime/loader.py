@@ -15,6 +15,7 @@ those draws move the next epoch's seed; in workers they do not).
 from __future__ import annotations
 
 import inspect
+import itertools
 import random
 import sys
 import time
@@ -203,20 +204,24 @@ class TunedLoader:
             note_expected(None)
 
     def _expected_counts(self) -> Iterator[int | None]:
-        """The number of samples each batch of an epoch holds, where the DataLoader fixes it."""
+        """The number of samples each batch of an epoch holds, where the DataLoader fixes it.
+
+        Computed as the batches come, from ``len(sampler)``, never listed: a sampler that
+        counts iterations rather than epochs (``RandomSampler(replacement=True,
+        num_samples=10**10)``) costs no memory and no time at ``iter()``."""
         batches = self.dataloader.batch_sampler
         if not isinstance(batches, BatchSampler):
             return iter(())  # no automatic batching, or the user's own batch_sampler
         size = batches.batch_size
         try:
-            total = len(batches.sampler)
-        except TypeError:
+            total: int | None = len(batches.sampler)
+        except (TypeError, OverflowError):  # no __len__, or one beyond a C ssize_t
             total = None
         if total is None or isinstance(self.dataset, IterableDataset):
-            return _repeat(size)  # full batches; a short last one is trained whole
+            return itertools.repeat(size)  # full batches; a short last one is trained whole
         full, rest = divmod(total, size)
-        counts = [size] * full + ([rest] if rest and not batches.drop_last else [])
-        return iter(counts)
+        last = (rest,) if rest and not batches.drop_last else ()
+        return itertools.chain(itertools.repeat(size, full), last)
 
     def samples_in(self, batch: Any) -> int:
         """Samples in one batch from the inner DataLoader: as many as its BatchSampler put in
@@ -291,11 +296,6 @@ def _restore_states(states: dict[str, Any]) -> None:
     random.setstate(states["random"])
     if "numpy" in states:
         sys.modules["numpy"].random.set_state(states["numpy"])
-
-
-def _repeat(value: int) -> Iterator[int]:
-    while True:
-        yield value
 
 
 def _reads_worker_info(cls: type) -> bool:
