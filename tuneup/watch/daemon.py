@@ -42,7 +42,7 @@ from tuneup.watch.safe_files import open_append, read_regular
 from tuneup.watch.sampler import Sampler
 from tuneup.watch.samples import HostSample
 from tuneup.watch.serve import Exporter, JobView
-from tuneup.watch.state import DAEMON_MODULE, StateDir
+from tuneup.watch.state import DAEMON_MODULE, StateDir, check_log
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 LOG_MAX_BYTES = 10 << 20  # a job's samples fill this in about two hours
@@ -189,6 +189,8 @@ class Daemon:
                 self.notes.append(f"removed the stale pid file of pid {stale} (it is gone)")
             self.exporter = Exporter(serve, serve_public) if serve is not None else None
             self.log_path = log or state.log_file
+            if log is not None:
+                check_log(log)
             try:
                 self.log = _open_log(self.log_path)
             except OSError as exc:

@@ -37,6 +37,37 @@ MAX_PID_BYTES = 32
 LOCK_FLAGS = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
+def not_private(status: os.stat_result) -> str | None:
+    """Why a file or directory is not this user's alone to write (``None``: it is)."""
+    if status.st_uid != os.geteuid():
+        return f"belongs to user {status.st_uid}"
+    if status.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return "can be written by other users"
+    return None
+
+
+def check_log(path: Path) -> None:
+    """Raise :class:`UsageError` unless ``--log``'s folder, and the log when it exists, are
+    this user's and no one else can write to them (the state directory's rule): the log
+    holds every job's command line, secrets included, and a folder another user owns lets
+    them read it, plant a link or swap the file between rotations. A link at the name is
+    left to the opening, which never follows one."""
+    try:
+        problem = not_private(os.stat(trusted_path(path.parent)))
+        problem = f"its folder {path.parent} {problem}" if problem else None
+        with contextlib.suppress(FileNotFoundError):
+            status = os.lstat(path)
+            if problem is None and stat.S_ISREG(status.st_mode):
+                problem = not_private(status)
+    except OSError as exc:
+        raise UsageError(f"cannot write the log {path} ({exc.strerror or exc})") from None
+    if problem is not None:
+        raise UsageError(f"the log {path}: {problem}; it holds every job's command line, so "
+                         "it must be a file of your own in a folder of your own that no one "
+                         "else can write to: give another --log (e.g. in a new 0700 folder), "
+                         "or none (the state directory's)")
+
+
 def default_directory() -> Path:
     """``$XDG_STATE_HOME/tuneup/watch``, by default ``~/.local/state/tuneup/watch``."""
     base = os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state"
@@ -72,9 +103,7 @@ class StateDir:
             raise UsageError(f"cannot use the state directory {self.path} "
                              f"({exc.strerror or exc})") from None
         problem = ("is not a directory" if not stat.S_ISDIR(status.st_mode)
-                   else f"belongs to user {status.st_uid}" if status.st_uid != os.geteuid()
-                   else "can be written by other users"
-                   if status.st_mode & (stat.S_IWGRP | stat.S_IWOTH) else None)
+                   else not_private(status))
         if problem is not None:
             raise UsageError(f"the state directory {self.path} {problem}: the daemon keeps "
                              "its log and lock only in a directory of its own user that no "
