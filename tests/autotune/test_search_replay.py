@@ -1,0 +1,51 @@
+"""The replay harness (scripts/search_replay.py) runs the real search on a handful of
+landscapes: the recorded H200 ones and a few modelled ones."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from tuneup.settings import Knobs
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "search_replay.py"
+
+
+@pytest.fixture(scope="module")
+def harness():
+    spec = importlib.util.spec_from_file_location("search_replay", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["search_replay"] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    yield module
+    sys.modules.pop("search_replay", None)
+
+
+def test_recorded_landscapes_keep_the_measured_speeds(harness):
+    lands = {land.name: land for land in harness.recorded()}
+    images = lands["h200-images"]
+    assert images.kind == "recorded" and images.device == "cuda"
+    step, wait = images.step(Knobs())
+    assert 256 / step == pytest.approx(1090)  # the defaults' mean over 13 trials
+    assert wait > 0.8  # `tuneup watch` measured 88 %
+    best = min(images.grid(), key=lambda k: images.value(k, 5000))
+    assert best.num_workers >= 8 and best.pin_memory
+
+
+def test_a_flat_landscape_is_solved_and_the_table_has_each_kind(harness):
+    flat = harness.Landscape(name="flat", kind="cpu", device="cpu", cores=2,
+                             compute_s={"float32": 0.05}, data_s=0.0, noise=0.02)
+    result = harness.replay(flat, 60.0, seed=3)
+    assert result.ratio == pytest.approx(1.0, abs=0.03)
+    assert result.used_s <= 60.0
+    lands = harness.modelled(4, seed=5)
+    assert [land.kind for land in lands] == ["gpu", "cpu", "gpu", "cpu"]
+    results = [harness.replay(replace(land, name=f"m{i}"), 60.0, seed=i)
+               for i, land in enumerate(lands)]
+    assert all(0 < r.ratio <= 1.0 + 1e-9 and r.used_s <= 60.0 + 1e-9 for r in results)
+    text = harness.table(results)
+    assert "| 60 s | gpu | 2 |" in text and "| 60 s | all | 4 |" in text
