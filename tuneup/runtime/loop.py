@@ -18,7 +18,7 @@ import dis
 import functools
 import inspect
 import types
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, ContextManager
 
 import torch
@@ -53,6 +53,7 @@ class TunedLoop:
         self._no_autocast = contextlib.nullcontext()
         self._warned = False  # the settings' micro-batch was said not to apply
         self._split_failure: str | None = None  # why splitting was given up, if it was
+        self._clip_order: tuple[tuple[int, int], list[torch.Tensor]] | None = None
         self.configure(knobs)
 
     def configure(self, knobs: Knobs) -> None:
@@ -121,12 +122,14 @@ class TunedLoop:
 
     # -- the plain form: the user computes the loss of the whole batch -------------------
     def backward(self, loss: torch.Tensor, *, num_items: int | torch.Tensor | None = None,
-                 max_grad_norm: float | None = None) -> None:
+                 max_grad_norm: float | None = None,
+                 clip_parameters: Iterable[torch.Tensor] | None = None) -> None:
         """``loss.backward()``, then clipping, the optimizer step, ``zero_grad`` and the scheduler.
 
         Exactly the plain loop, one optimizer step per call. ``loss`` is what you would call
         ``.backward()`` on; with ``num_items`` it is a *sum* over that many items and the
         loop backpropagates ``loss / num_items``. Micro-batching needs :meth:`train_step`.
+        ``max_grad_norm`` and ``clip_parameters`` are as in :meth:`train_step`.
         """
         if self.needs_closure:
             raise TypeError(f"{type(self.optimizer).__name__}.step() needs a closure: use "
@@ -136,12 +139,13 @@ class TunedLoop:
         with _NOTHING if observers is hooks.NOBODY else observers.guard(self):
             weight = 1.0 if num_items is None else 1.0 / num_items
             self._backpropagate(loss, weight, observers, keep=False)
-            self._optimizer_step(max_grad_norm, observers)
+            self._optimizer_step(max_grad_norm, observers, clip_parameters)
 
     # -- the splittable form: the loop runs the user's loss function -------------------
     def train_step(self, batch: Any, loss_fn: Callable[[Any], torch.Tensor], *,
                    reduction: str = "mean", num_items: int | torch.Tensor | None = None,
-                   max_grad_norm: float | None = None) -> torch.Tensor:
+                   max_grad_norm: float | None = None,
+                   clip_parameters: Iterable[torch.Tensor] | None = None) -> torch.Tensor:
         """One optimizer step on ``batch``: ``loss_fn(batch)`` under autocast, backward, step.
 
         Args:
@@ -152,7 +156,11 @@ class TunedLoop:
                 ``"sum"`` when it sums (``reduction="sum"``).
             num_items: with a ``loss_fn`` that sums over items (tokens), their count in the
                 whole ``batch``: the loop backpropagates ``sum / num_items``.
-            max_grad_norm: clip the gradient's norm before the step.
+            max_grad_norm: clip the gradient's norm before the step, summed in the order of
+                ``clip_parameters``, by default the optimizer's parameters in the model's order
+                (``model.parameters()``, whatever order the optimizer's groups list them in):
+                bit-identical to ``clip_grad_norm_(model.parameters(), max_grad_norm)``.
+            clip_parameters: the parameters to clip, in the order your plain loop names them.
 
         Returns:
             The batch's loss as the plain loop backpropagates it (detached): the mean, the
@@ -174,7 +182,7 @@ class TunedLoop:
             pieces = self._pieces(batch, loss_fn, reduction, num_items)
             if self.needs_closure:
                 return self._closure_step(pieces, loss_fn, reduction, num_items,
-                                          max_grad_norm, observers)
+                                          max_grad_norm, observers, clip_parameters)
             try:
                 total = self._accumulate(pieces, loss_fn, reduction, num_items, observers)
             except BaseException as exc:
@@ -182,9 +190,10 @@ class TunedLoop:
                 if not self._falls_back(pieces, exc):
                     raise
                 total = self.train_step(batch, loss_fn, reduction=reduction,
-                                        num_items=num_items, max_grad_norm=max_grad_norm)
+                                        num_items=num_items, max_grad_norm=max_grad_norm,
+                                        clip_parameters=clip_parameters)
                 return total
-            self._optimizer_step(max_grad_norm, observers)
+            self._optimizer_step(max_grad_norm, observers, clip_parameters)
         return total
 
     def _falls_back(self, pieces: list[tuple[Any, float]], exc: BaseException) -> bool:
@@ -316,13 +325,14 @@ class TunedLoop:
 
     def _closure_step(self, pieces: list[tuple[Any, float]], loss_fn: Callable[[Any], Any],
                       reduction: str, num_items: Any, max_grad_norm: float | None,
-                      observers: hooks.Observer) -> torch.Tensor:
+                      observers: hooks.Observer,
+                      clip_parameters: Iterable[torch.Tensor] | None) -> torch.Tensor:
         """Optimizers that re-evaluate the loss (LBFGS): the closure runs the whole batch."""
         def closure() -> torch.Tensor:
             self.optimizer.zero_grad()
             total = self._accumulate(pieces, loss_fn, reduction, num_items, observers)
             if max_grad_norm is not None:
-                torch.nn.utils.clip_grad_norm_(self._parameters(), max_grad_norm)
+                torch.nn.utils.clip_grad_norm_(self._clipped(clip_parameters), max_grad_norm)
             return total
 
         total = self.optimizer.step(closure)
@@ -339,11 +349,12 @@ class TunedLoop:
         (self.scaler.scale(scaled) if self.scaler is not None else scaled).backward()
         return scaled.detach() if keep else None
 
-    def _optimizer_step(self, max_grad_norm: float | None, observers: hooks.Observer) -> None:
+    def _optimizer_step(self, max_grad_norm: float | None, observers: hooks.Observer,
+                        clip_parameters: Iterable[torch.Tensor] | None = None) -> None:
         if max_grad_norm is not None:
             if self.scaler is not None:
                 self.scaler.unscale_(self.optimizer)
-            torch.nn.utils.clip_grad_norm_(self._parameters(), max_grad_norm)
+            torch.nn.utils.clip_grad_norm_(self._clipped(clip_parameters), max_grad_norm)
         if self.scaler is not None:
             self.scaler.step(self.optimizer)
             self.scaler.update()
@@ -362,6 +373,22 @@ class TunedLoop:
 
     def _parameters(self) -> list[torch.Tensor]:
         return [p for group in self.optimizer.param_groups for p in group["params"]]
+
+    def _clipped(self, named: Iterable[torch.Tensor] | None) -> list[torch.Tensor]:
+        """What ``max_grad_norm`` clips, in the order the norm is summed: the parameters the
+        user names, else the optimizer's in the model's order (then any the model does not
+        hold, in the optimizer's). The norm's float sum depends on the order, and scripts
+        with weight-decay groups list the optimizer's in another one than the model's."""
+        if named is not None:
+            return list(named)
+        groups = self.optimizer.param_groups
+        key = (len(groups), sum(len(group["params"]) for group in groups))
+        if self._clip_order is None or self._clip_order[0] != key:
+            stepped = {id(p): p for p in self._parameters()}
+            ordered = [p for p in self.eager_model.parameters()
+                       if stepped.pop(id(p), None) is not None]
+            self._clip_order = (key, ordered + list(stepped.values()))
+        return self._clip_order[1]
 
     def stats(self) -> Stats:
         """Input-stall share, samples/s and steps so far (fed by the linked loader)."""
