@@ -131,3 +131,99 @@ def test_a_result_that_cannot_be_written_is_printed_and_kept(fake_script, tmp_pa
     assert "No space left on device" in summary["error"]
     kept = Path(summary["settings"])
     assert kept.exists() and kept.parent == tmp_path and json.loads(kept.read_text())["knobs"]
+
+
+# -- liveness by a lock the owner holds, and the dead run's journal replayed first -----------
+HOLDER = textwrap.dedent("""
+    import fcntl, os, sys, time
+    folder = sys.argv[1]
+    os.makedirs(folder)
+    fd = os.open(os.path.join(folder, "owner.lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_SH)  # as a live run in another pid namespace holds it
+    print("held", flush=True)
+    time.sleep(60)
+""")
+
+
+def _dead_pid() -> int:
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    return gone.pid
+
+
+def test_a_live_run_of_another_pid_namespace_keeps_its_work_folder(tmp, monkeypatch):
+    """Its folder's name gives a pid this namespace does not see: the lock says it lives."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    live = tmp / f"{WORKDIR_PREFIX}{_dead_pid()}-abc"
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(live)], stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        (live / "writes-1.jsonl").write_text("")
+        assert sweep_stale_workdirs() == [] and (live / "writes-1.jsonl").exists()
+    finally:
+        holder.kill()
+        holder.wait()
+    assert sweep_stale_workdirs() == [live]  # its owner gone, the lock is free
+
+
+def test_two_runs_sharing_tmpdir_the_live_one_is_untouched(tmp, monkeypatch, fake_script):
+    """As across containers sharing /tmp: neither run can see the other's pid."""
+    from tuneup.autotune.runner import Runner
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    monkeypatch.setattr("tuneup.autotune.protocol.alive", lambda pid: False)
+    with Runner(fake_script()) as first:
+        folder = first._workdir
+        (folder / "writes-1.jsonl").write_text("")
+        with Runner(fake_script()) as second:  # its start sweeps
+            assert folder.exists() and (folder / "writes-1.jsonl").exists()
+            assert second._workdir != folder
+    assert list(tmp.iterdir()) == []
+
+
+def test_a_dead_runs_folder_is_swept_whatever_pid_its_name_holds(tmp, monkeypatch):
+    """A run that was pid 1 in its namespace named its folder ``-1-``; pid 1 always runs."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    dead = tmp / f"{WORKDIR_PREFIX}1-xyz"
+    dead.mkdir()
+    (dead / "owner.lock").write_text("")
+    unlocked = tmp / f"{WORKDIR_PREFIX}other"  # no lock file: not ours to judge, left
+    unlocked.mkdir()
+    assert sweep_stale_workdirs() == [dead]
+    assert unlocked.exists()
+
+
+KILLED_MID_TRIAL = textwrap.dedent("""
+    import os, sys, time
+    from pathlib import Path
+    from tuneup import owned_dirs
+    from tuneup.autotune import write_guard
+    user = Path(sys.argv[1])
+    work = owned_dirs.OwnedDir("tuneup-autotune-").path        # as the runner makes it
+    write_guard.install(work / "writes-1.jsonl", work / "writes-1.copies", work)
+    (user / "ckpt.pt").write_bytes(b"trial weights")
+    (user / "new.log").write_text("trial")
+    os.remove(user / "notes.md")
+    print("written", flush=True)
+    time.sleep(60)                                              # SIGKILLed here
+""")
+
+
+def test_after_a_sigkill_the_next_start_puts_files_back_before_it_removes_the_folder(
+        tmp, monkeypatch):
+    user = tmp.parent / "user"
+    user.mkdir()
+    (user / "ckpt.pt").write_bytes(b"\x00real weights\xff" * 1000)
+    (user / "notes.md").write_text("keep me")
+    before = {p.name: p.read_bytes() for p in user.iterdir()}
+    owner = subprocess.Popen([sys.executable, "-c", KILLED_MID_TRIAL, str(user)],
+                             stdout=subprocess.PIPE, text=True, env={**os.environ, "TMPDIR": str(tmp)})
+    assert owner.stdout.readline().strip() == "written"
+    owner.kill()
+    owner.wait()
+    assert (user / "ckpt.pt").read_bytes() == b"trial weights"
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    assert len(sweep_stale_workdirs()) == 1
+    assert {p.name: p.read_bytes() for p in user.iterdir()} == before
+    assert list(tmp.iterdir()) == []

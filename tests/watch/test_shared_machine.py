@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import select
+import shutil
 import signal
 import socket
 import subprocess
@@ -22,6 +23,7 @@ import psutil
 import pytest
 from click.testing import CliRunner
 
+from tuneup import owned_dirs
 from tuneup.cli import main
 from tuneup.errors import EXIT_USAGE, UsageError
 from tuneup.runtime.hooks import ENV_OBSERVERS
@@ -326,9 +328,11 @@ def test_stop_with_a_stale_pid_file_signals_nobody(tmp_path, spawn):
 def test_the_next_watcher_removes_the_feed_folders_of_watchers_that_are_gone():
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
-    left = Path(tempfile.mkdtemp(prefix=f"{FEED_PREFIX}{gone.pid}-"))
+    left = Path(tempfile.mkdtemp(prefix=f"{FEED_PREFIX}1-"))  # pid 1 runs: its lock is free
     (left / "1.json").write_text("{}")
-    alive = Path(tempfile.mkdtemp(prefix=f"{FEED_PREFIX}{os.getpid()}-"))
+    (left / "owner.lock").write_text("")
+    alive = Path(tempfile.mkdtemp(prefix=f"{FEED_PREFIX}{gone.pid}-"))  # another namespace's
+    held = owned_dirs.hold(alive / "owner.lock", create=True)  # live watcher holds its lock
     try:
         done = subprocess.run([*WATCH, "--interval", "0.2", "--", sys.executable, "-c",
                                f"import os; print(os.environ[{feed.ENV_FEED!r}])"],
@@ -336,10 +340,11 @@ def test_the_next_watcher_removes_the_feed_folders_of_watchers_that_are_gone():
         assert done.returncode == 0, done.stderr
         assert not left.exists() and alive.exists()
         used = Path(done.stdout.strip())
-        assert used.name.startswith(FEED_PREFIX) and used.name.split("-")[2].isdigit()
+        assert used.name.startswith(FEED_PREFIX)
         assert used.parent == Path(tempfile.gettempdir()) and not used.exists()
     finally:
-        alive.rmdir()
+        os.close(held)
+        shutil.rmtree(alive)
 
 
 # -- 7. --pid: a bad pid is one line; other users' processes are no DataLoader workers ------

@@ -18,13 +18,13 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tuneup import owned_dirs
 from tuneup.autotune import protocol, write_guard
 from tuneup.autotune.protocol import BUDGET, CRASH, ERROR, HANG, NONFINITE, OOM, SKIPPED
 from tuneup.autotune.ranks import RankEvents, died_silently
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 
 # what a script built on a trainer calls instead (docs/integrations.md)
 TRAINERS = "for a Trainer: tuned_trainer or tuned_trainer_kwargs"
-WORKDIR_PREFIX = "tuneup-autotune-"  # + the owning pid: stale ones are swept
+WORKDIR_PREFIX = "tuneup-autotune-"  # + mkdtemp's part; swept once their lock is free
 POLL_S = 0.05
 MEMORY_POLL_S = 0.25
 STDERR_TAIL_LINES = 12
@@ -159,17 +159,23 @@ class _Process:
 
 def sweep_stale_workdirs() -> list[Path]:
     """Remove the work directories of autotune runs that died without cleaning up (SIGKILL,
-    power loss): those named for a process that no longer runs. Returns what was removed."""
-    removed = []
-    for folder in Path(tempfile.gettempdir()).glob(f"{WORKDIR_PREFIX}*-*"):
-        owner = folder.name[len(WORKDIR_PREFIX):].split("-", 1)[0]
-        if not owner.isdigit() or protocol.alive(int(owner)) or not folder.is_dir():
-            continue
-        with contextlib.suppress(OSError):
-            if folder.stat().st_uid == os.getuid():
-                shutil.rmtree(folder)
-                removed.append(folder)
-    return removed
+    power loss): those whose owner no longer holds their lock, in whatever pid namespace it
+    ran. What the dead run's trials changed in the user's files is put back first (its
+    journals replayed), and only then is the folder, with the copies, removed. Returns
+    what was removed."""
+    return owned_dirs.sweep(WORKDIR_PREFIX, replay_workdir)
+
+
+def replay_workdir(folder: Path) -> list[str]:
+    """Put back what the trials of a dead run changed: every journal not yet replayed,
+    the last process's first. Returns the paths put back."""
+    journals = sorted(folder.glob("writes-*.jsonl"), key=_process_number, reverse=True)
+    return [path for journal in journals for path in write_guard.restore(journal)]
+
+
+def _process_number(journal: Path) -> int:
+    number = journal.stem.rpartition("-")[2]
+    return int(number) if number.isdigit() else 0
 
 
 def kill_tree(pid: int) -> None:
@@ -261,7 +267,8 @@ class Runner:
         self.processes_started = 0
         self.plans_written = 0
         sweep_stale_workdirs()
-        self._workdir = Path(tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-"))
+        self._owned = owned_dirs.OwnedDir(WORKDIR_PREFIX)  # locked while this run lives
+        self._workdir = self._owned.path
         self._process: _Process | None = None
         self._started: list[_Process] = []
         self._retried: set[str] = set()  # trials re-run in a fresh process after a switch
@@ -290,6 +297,7 @@ class Runner:
             self._process.kill()
             self._process = None
         shutil.rmtree(self._workdir, ignore_errors=True)
+        self._owned.release()
 
     def __enter__(self) -> Runner:
         return self
@@ -403,6 +411,7 @@ class Runner:
                "TMP": str(scratch), protocol.ENV_MARKER: marker,
                # what the script writes during trials is journaled and put back
                ENV_JOURNAL: str(journal), "PYTHONPATH": os.pathsep.join(python_path),
+               write_guard.ENV_SCRIPT_DIR: str(self.script.resolve().parent),
                **write_guard.environment(self._workdir)}
         with stderr.open("wb") as err:
             popen = subprocess.Popen(

@@ -3,67 +3,48 @@ it attaches to. Both wait the same way; only a started job has signals passed on
 and an exit status to pass on.
 
 A started job's feed directory is made by ``mkdtemp`` (a name nobody can know in advance)
-under the temporary folder and named for the watcher's pid: a watcher killed by SIGKILL
-cannot remove it, so the next watcher removes those of watchers that are gone
-(:func:`sweep_stale_feeds`), as ``tuneup autotune`` does with its work directories."""
+under the temporary folder and holds a lock the watcher keeps for its life
+(:mod:`tuneup.owned_dirs`): a watcher killed by SIGKILL cannot remove it, so the next
+watcher removes those whose lock is free (:func:`sweep_stale_feeds`), as ``tuneup
+autotune`` does with its work directories."""
 
 from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import signal
-import stat
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import psutil
 
+from tuneup import owned_dirs
 from tuneup.errors import UsageError
 from tuneup.runtime.hooks import ENV_OBSERVERS
 from tuneup.site import SITE_DIR
 from tuneup.watch import feed
 
-FEED_PREFIX = "tuneup-watch-"  # + the watcher's pid + "-" + mkdtemp's random part
+FEED_PREFIX = "tuneup-watch-"  # + mkdtemp's random part; holds the watcher's lock file
 POLL_S = 0.1  # how often an attached job is checked for having ended
-
-
-def _gone(pid: int) -> bool:
-    """No process ``pid`` runs: none, or a zombie (it has exited, reaped or not)."""
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
-    except psutil.Error:
-        return False
 
 
 def sweep_stale_feeds() -> list[Path]:
     """Remove the feed directories of watchers that are gone (killed with SIGKILL, say):
-    this user's folders named for a pid that no longer runs. Returns what was removed."""
-    removed = []
-    for folder in Path(tempfile.gettempdir()).glob(f"{FEED_PREFIX}*-*"):
-        owner = folder.name[len(FEED_PREFIX):].split("-", 1)[0]
-        if not owner.isdigit() or not _gone(int(owner)):
-            continue
-        with contextlib.suppress(OSError):
-            status = os.lstat(folder)  # a link is no folder of ours: left alone
-            if stat.S_ISDIR(status.st_mode) and status.st_uid == os.geteuid():
-                shutil.rmtree(folder)
-                removed.append(folder)
-    return removed
+    this user's folders whose lock no watcher holds, in whatever pid namespace it ran (a
+    pid says nothing across containers sharing ``/tmp``). Returns what was removed."""
+    return owned_dirs.sweep(FEED_PREFIX)
 
 
 @contextlib.contextmanager
 def new_feed_directory() -> Iterator[Path]:
-    """A new feed directory for a started job, removed when the watcher ends."""
+    """A new feed directory for a started job, locked while the watcher lives and removed
+    when it ends."""
     sweep_stale_feeds()
-    with tempfile.TemporaryDirectory(prefix=f"{FEED_PREFIX}{os.getpid()}-") as folder:
-        yield Path(folder)
+    with owned_dirs.owned_dir(FEED_PREFIX) as folder:
+        yield folder
 
 
 class StartedJob:
