@@ -75,6 +75,7 @@ _CODES = [
         "the build runs through CUDA minor-version compatibility",
     ),
     Code("TU203", "driver-too-old", "driver", "a pasted error says the driver is too old"),
+    Code("TU204", "nvml-no-answer", "driver", "NVML did not answer within its deadline"),
     Code(
         "TU301",
         "cudnn-mismatch",

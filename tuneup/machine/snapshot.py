@@ -58,6 +58,7 @@ class Driver:
     version: str | None = None  # "570.124.04"
     cuda_version: str | None = None  # highest CUDA API the driver supports, "12.8"
     proc_version: str | None = None  # first line of /proc/driver/nvidia/version
+    nvml_timeout_s: float | None = None  # NVML did not answer within this many seconds
 
 
 @dataclass

@@ -224,6 +224,8 @@ def _watch(job: Job, interval: float, stream: Any, output_format: str,
             tail = stacks.close()  # first: it stops a py-spy process
         finally:
             if gpus is not None:
+                if gpus.note:  # NVML stopped answering while the job ran
+                    notes.append(gpus.note)
                 gpus.close()
     if tail is not None and samples:  # the stacks of the job's last seconds join the last sample
         before = samples[-1].stacks

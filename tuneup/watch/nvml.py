@@ -1,9 +1,10 @@
 """GPU figures from NVML, read through whatever module is handed in.
 
 :func:`open_gpus` takes an nvml-like module (``pynvml`` from nvidia-ml-py by default), so
-tests replay recorded readings through a stand-in with the same functions. Every query is
-guarded: a figure the GPU or driver does not support stays ``None``, and a machine with no
-NVML gives one note instead of GPU figures.
+tests replay recorded readings through a stand-in with the same functions. Every call has
+the probe's deadline (:mod:`tuneup.machine.probe.nvml_call`) and every query is guarded: a
+figure the GPU or driver does not support stays ``None``, and a machine with no NVML (or an
+NVML that does not answer) gives one note instead of GPU figures.
 
 NVML's utilisation only says that a kernel ran, however few SMs it kept busy. Where the GPU
 has GPU performance metrics (GPM: Hopper and newer), SM activity, SM occupancy and tensor
@@ -17,6 +18,7 @@ from time import monotonic
 from typing import Any
 
 from tuneup.machine.probe.nvidia import throttle_reason_names
+from tuneup.machine.probe.nvml_call import BoundedNvml, NvmlTimeout, bounded
 from tuneup.watch.samples import GpuSample
 
 # Usable bytes/s per lane and direction, by PCIe generation (after line encoding).
@@ -177,7 +179,14 @@ class GpuReader:
             sm_activity=sm_activity, sm_occupancy=sm_occupancy, tensor_activity=tensor_activity,
         )
 
+    @property
+    def note(self) -> str | None:
+        """Why the GPU figures stopped, when NVML stopped answering while the job ran."""
+        stuck = self.nvml.stuck if isinstance(self.nvml, BoundedNvml) else None
+        return f"{stuck}: no GPU figures from then on" if stuck is not None else None
+
     def close(self) -> None:
+        """Free GPM and shut NVML down (at once, without calling it, when NVML is stuck)."""
         for gpm in self.gpm:
             if gpm is not None:
                 gpm.close()
@@ -185,11 +194,14 @@ class GpuReader:
 
 
 def open_gpus(nvml: Any = None) -> tuple[GpuReader | None, str | None]:
-    """NVML's reader, or ``None`` and the one note that says why there are no GPU figures."""
+    """NVML's reader, or ``None`` and the one note that says why there are no GPU figures.
+    Every call goes through the probe's deadline (``TUNEUP_NVML_TIMEOUT``): a stuck NVML
+    costs the watcher that long once, then its GPU figures."""
     try:
-        if nvml is None:
-            import pynvml as nvml
+        nvml = bounded(nvml)
         nvml.nvmlInit()
+    except NvmlTimeout as error:
+        return None, f"{error}: no GPU figures, the verdict rests on CPU and runtime figures"
     except Exception as error:
         return None, (f"NVML is not available ({_text(error) or type(error).__name__}): "
                       "no GPU figures, the verdict rests on CPU and runtime figures")
@@ -197,7 +209,11 @@ def open_gpus(nvml: Any = None) -> tuple[GpuReader | None, str | None]:
         reader = GpuReader(nvml)
     except Exception as error:
         _guarded(nvml.nvmlShutdown)
-        return None, f"NVML cannot list the GPUs ({_text(error)}): no GPU figures"
+        return None, (f"{nvml.stuck}: no GPU figures" if nvml.stuck is not None else
+                      f"NVML cannot list the GPUs ({_text(error)}): no GPU figures")
+    if nvml.stuck is not None:  # a GPU's query, not the count, did not answer
+        reader.close()
+        return None, f"{nvml.stuck}: no GPU figures"
     if not reader.handles:
         reader.close()
         return None, "NVML sees no GPU: no GPU figures"

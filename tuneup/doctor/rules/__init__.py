@@ -9,6 +9,7 @@ from tuneup.doctor.rules import (
     cudnn,
     driver,
     nccl,
+    nvml,
     pasted,
     performance,
     python,
@@ -19,7 +20,7 @@ from tuneup.doctor.rules.context import Context, Diagnosis
 from tuneup.machine.snapshot import Snapshot
 
 # Order matters: visibility reads the driver's findings; pasted says what no other rule placed.
-RULES = (build, driver, cudnn, nccl, visibility, rocm, python, performance, cpu, pasted)
+RULES = (build, driver, nvml, cudnn, nccl, visibility, rocm, python, performance, cpu, pasted)
 
 
 def diagnose(

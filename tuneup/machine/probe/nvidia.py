@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tuneup.machine.probe.nvml_call import NvmlTimeout, bounded
 from tuneup.machine.snapshot import GPU, Driver
 from tuneup.machine import versions
 
@@ -108,9 +109,10 @@ def probe_nvidia(notes: list[str] | None = None) -> tuple[Driver, list[GPU] | No
     except (OSError, IndexError):
         pass
     try:
-        import pynvml as nvml
-
+        nvml = bounded()
         nvml.nvmlInit()
+    except NvmlTimeout as error:
+        return driver, _stuck(driver, error, notes)
     except Exception as error:
         notes.append(f"NVML is not available ({_text(error) or type(error).__name__})")
         traces = driver.proc_version is not None or _nvidia_device_nodes()
@@ -124,5 +126,14 @@ def probe_nvidia(notes: list[str] | None = None) -> tuple[Driver, list[GPU] | No
         notes.append(f"NVML query failed: {_text(error)}")
         gpus = None
     finally:
-        _guarded(nvml.nvmlShutdown)
+        _guarded(nvml.nvmlShutdown)  # at once when a call is stuck: never into that driver
+    if nvml.stuck is not None:  # a query, not the init, stopped answering
+        return driver, _stuck(driver, nvml.stuck, notes)
     return driver, gpus
+
+
+def _stuck(driver: Driver, error: NvmlTimeout, notes: list[str]) -> None:
+    """NVML is there but does not answer: the GPUs are unknown, never "none"."""
+    driver.nvml_timeout_s = error.timeout_s
+    notes.append(f"{error}: the GPUs are unknown")
+    return None
