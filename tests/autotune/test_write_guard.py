@@ -183,3 +183,157 @@ def test_removed_and_moved_folders_and_a_forks_writes_are_put_back(tmp_path):
     assert _user_files(user) != before
     write_guard.restore(work / "journal.jsonl")
     assert _user_files(user) == before
+
+
+def _state(folder: Path) -> dict[str, tuple]:
+    """Everything a restore must bring back: kind, bytes or link target, mode, owner, mtime,
+    and which names share an inode."""
+    inodes: dict[int, str] = {}
+    state = {}
+    for path in sorted(folder.rglob("*")):
+        status = path.lstat()
+        name = str(path.relative_to(folder))
+        if path.is_symlink():
+            state[name] = ("link", os.readlink(path))
+        elif path.is_dir():
+            state[name] = ("dir", status.st_mode)
+        else:
+            first = inodes.setdefault(status.st_ino, name)
+            state[name] = ("file", path.read_bytes(), status.st_mode, status.st_uid,
+                           status.st_mtime_ns, first)
+    return state
+
+
+LINKS = textwrap.dedent("""
+    import os, sys
+    from pathlib import Path
+    from tuneup.autotune import write_guard
+    user, work = Path(sys.argv[1]), Path(sys.argv[2])
+    write_guard.install(work / "journal.jsonl", work / "copies", work)
+    os.remove(user / "latest")                                   # the "latest checkpoint" link
+    os.symlink("ckpt-2.pt", user / "latest")                     # now points elsewhere
+    (user / "ckpt-2.pt").write_bytes(b"trial")
+    os.symlink("ckpt-1.pt", user / "best.tmp")
+    os.replace(user / "best.tmp", user / "best")                 # a link over a link
+    (user / "tmp").write_bytes(b"file")
+    os.replace(user / "tmp", user / "kept-link")                 # a file over a link
+    with open(user / "data.bin", "r+b") as data:                 # in place: its hard link sees it
+        data.write(b"TRIAL")
+    os.chmod(user / "secret.key", 0o777)                         # 0600 left 0777
+    os.utime(user / "ckpt-1.pt", (1, 1))
+    os.chmod(user / "ckpt-1.pt", 0o444)
+""")
+
+
+def test_links_hard_links_modes_and_times_come_back_as_they_were(tmp_path):
+    user, work = tmp_path / "user", tmp_path / "work"
+    user.mkdir()
+    work.mkdir()
+    (user / "ckpt-1.pt").write_bytes(b"epoch 1")
+    os.symlink("ckpt-1.pt", user / "latest")
+    os.symlink("ckpt-1.pt", user / "best")
+    os.symlink("ckpt-1.pt", user / "kept-link")
+    (user / "data.bin").write_bytes(b"original data")
+    (user / "dvc-cache").mkdir()
+    os.link(user / "data.bin", user / "dvc-cache" / "ab12")
+    (user / "secret.key").write_text("key")
+    os.chmod(user / "secret.key", 0o600)
+    before = _state(user)
+    script = tmp_path / "script.py"
+    script.write_text(LINKS)
+    done = subprocess.run([sys.executable, str(script), str(user), str(work)],
+                          capture_output=True, text=True, timeout=60, env=_env(work))
+    assert done.returncode == 0, done.stderr
+    assert _state(user) != before
+    changed = write_guard.restore(work / "journal.jsonl")
+    assert _state(user) == before
+    assert (user / "dvc-cache" / "ab12").read_bytes() == b"original data"
+    assert str(user / "latest") in changed and str(user / "secret.key") in changed
+
+
+HIDDEN_WRITERS = textwrap.dedent("""
+    import os, sqlite3, sys
+    from pathlib import Path
+    import torch
+    from tuneup.autotune import write_guard
+    user, work = Path(sys.argv[1]), Path(sys.argv[2])
+    write_guard.install(work / "journal.jsonl", work / "copies", work)
+    model = torch.jit.script(torch.nn.Linear(2, 2))
+    torch.jit.save(model, str(user / "scripted.pt"))            # C++ writes it
+    model.save(str(user / "module.pt"))                           # ScriptModule.save
+    torch.serialization.save({"step": 9}, user / "ckpt.pt")      # torch.save's original
+    with sqlite3.connect(user / "runs.db") as db:                 # and its -journal
+        db.execute("insert into runs values ('trial')")
+    db.close()
+    folder = os.open(user / "sub", os.O_RDONLY)
+    fd = os.open("state.json", os.O_WRONLY | os.O_TRUNC, dir_fd=folder)  # relative to a folder
+    os.write(fd, b"trial")
+    os.close(fd)
+    fd = os.open("made.json", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=folder)
+    os.close(fd)
+""")
+
+
+def test_writers_the_audit_hook_does_not_see_are_put_back(tmp_path):
+    import sqlite3
+
+    import torch
+
+    user, work = tmp_path / "user", tmp_path / "work"
+    (user / "sub").mkdir(parents=True)
+    work.mkdir()
+    torch.save({"step": 1}, user / "ckpt.pt")
+    (user / "scripted.pt").write_bytes(b"real scripted")
+    (user / "module.pt").write_bytes(b"real module")
+    with sqlite3.connect(user / "runs.db") as db:
+        db.execute("create table runs (name text)")
+        db.execute("insert into runs values ('real')")
+    db.close()
+    (user / "sub" / "state.json").write_text("real")
+    (tmp_path / "cwd").mkdir()
+    (tmp_path / "cwd" / "state.json").write_text("not the one written")
+    before = _state(user)
+    script = tmp_path / "script.py"
+    script.write_text(HIDDEN_WRITERS)
+    done = subprocess.run([sys.executable, str(script), str(user), str(work)], cwd=tmp_path / "cwd",
+                          capture_output=True, text=True, timeout=120, env=_env(work))
+    assert done.returncode == 0, done.stderr
+    assert _state(user) != before
+    write_guard.restore(work / "journal.jsonl")
+    assert _state(user) == before
+
+
+VENV_PROJECT = textwrap.dedent("""
+    import sys
+    from pathlib import Path
+    from tuneup.autotune import write_guard
+    work = Path(sys.argv[1])
+    write_guard.install(work / "journal.jsonl", work / "copies", work)
+    (Path(sys.prefix) / "ckpt.pt").write_bytes(b"trial")         # the project is the venv
+""")
+
+
+def test_a_project_that_is_its_own_virtualenv_is_guarded(tmp_path):
+    project, work = tmp_path / "project", tmp_path / "work"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(project)], check=True,
+                   timeout=60)
+    work.mkdir()
+    (project / "ckpt.pt").write_bytes(b"real")
+    script = project / "train.py"
+    script.write_text(VENV_PROJECT)
+    source = str(Path(write_guard.__file__).parents[2])
+    done = subprocess.run([str(project / "bin" / "python"), str(script), str(work)],
+                          capture_output=True, text=True, timeout=60,
+                          env={**_env(work), "PYTHONPATH": source})
+    assert done.returncode == 0, done.stderr
+    write_guard.restore(work / "journal.jsonl")
+    assert (project / "ckpt.pt").read_bytes() == b"real"
+
+
+def test_only_the_interpreters_library_folders_are_exempt(tmp_path):
+    import sysconfig
+
+    exempt = {str(p) for p in write_guard.exempt_folders(tmp_path, None)}
+    assert sys.prefix not in exempt and sysconfig.get_paths()["purelib"] in exempt
+    inside = Path(sysconfig.get_paths()["purelib"]) / "app"  # a script kept in site-packages
+    assert sysconfig.get_paths()["purelib"] not in map(str, write_guard.exempt_folders(tmp_path, inside))
