@@ -10,6 +10,7 @@ import sys
 import pytest
 import torch
 from torch import nn
+from watch_helpers import published
 
 from tuneup import tuned_loader, tuned_loop
 from tuneup.runtime import hooks
@@ -62,14 +63,14 @@ def test_it_publishes_the_loaders_counters_at_most_once_per_period(watched, tmp_
     for step, (x, y) in enumerate(loader):  # 8 steps, 0.25 s apart
         loop.train_step((x, y), lambda b: nn.functional.cross_entropy(loop.model(b[0]), b[1]))
         clock.now += 0.25
-        seen.append(feed.read(tmp_path)[0].steps)
+        seen.append(feed.read(tmp_path, published(tmp_path))[0].steps)
     assert seen == [0] * 4 + [4] * 4  # the first batch, then one period later
     assert writes == [100.0, 101.0, 102.0]  # ... and at the end of the epoch
-    (record,) = feed.read(tmp_path)
+    (record,) = feed.read(tmp_path, published(tmp_path))
     stats = loop.stats()
     assert (record.steps, record.samples) == (stats.steps, stats.samples) == (8, 64)
     observer.publish()  # what atexit does
-    (record,) = feed.read(tmp_path)
+    (record,) = feed.read(tmp_path, published(tmp_path))
     assert (record.steps, record.samples) == (stats.steps, stats.samples) == (8, 64)
     assert record.data_wait_s == stats.data_wait_s and record.copy_s == stats.copy_s
     assert record.device == "cpu" and record.num_workers == 0 and record.batch_size == 8
@@ -89,7 +90,7 @@ def test_it_follows_the_loader_linked_to_the_loop(watched, tmp_path):
     list(unlinked)  # an eval pass afterwards does not take over
     assert observer.loader is linked
     observer.publish()
-    assert feed.read(tmp_path)[0].steps == 8
+    assert feed.read(tmp_path, published(tmp_path))[0].steps == 8
 
 
 def test_stopping_early_closes_the_loaders_stream(watched):
@@ -134,8 +135,9 @@ def test_the_reader_takes_only_whole_valid_records(tmp_path):
     (tmp_path / "10.json").write_text('{"pid": 10, "steps"')
     (tmp_path / "11.json").write_text(json.dumps({**good, "pid": 11, "device": "x" * 70000}))
     (tmp_path / ".12.json.tmp").write_text(json.dumps({**good, "pid": 12}))
-    assert [r.pid for r in feed.read(tmp_path)] == [7]
-    assert feed.read(tmp_path / "missing") == ()
+    (tmp_path / "13.json").write_text(json.dumps({**good, "pid": 14}))  # not pid 13's record
+    assert [r.pid for r in feed.read(tmp_path, range(7, 15))] == [7]
+    assert feed.read(tmp_path / "missing", [7]) == ()
 
 
 def test_the_feed_loads_nothing_heavy_into_the_training_process():

@@ -10,6 +10,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from watch_helpers import published
 
 from tuneup.site import SITE_DIR
 from tuneup.watch import feed
@@ -69,7 +70,7 @@ def test_a_plain_dataloader_is_measured_and_training_is_bit_identical(tmp_path, 
     watched = run(script, probed(base_env, tmp_path))
     assert plain.returncode == watched.returncode == 0, watched.stderr
     assert watched.stdout == plain.stdout  # same losses, same parameters
-    (record,) = feed.read(tmp_path)
+    (record,) = feed.read(tmp_path, published(tmp_path))
     assert (record.steps, record.samples, record.batch_size) == (16, 128, 8)
     assert record.num_workers == 0 and record.torch_threads
     waited = float(watched.stderr.split("waited")[1])
@@ -110,7 +111,7 @@ def test_the_wrappers_feed_wins_over_the_probe(tmp_path, base_env):
     env = {**probed(base_env, tmp_path), "TUNEUP_OBSERVERS": feed.OBSERVER}
     done = run(script, env)
     assert done.returncode == 0, done.stderr
-    (record,) = feed.read(tmp_path)
+    (record,) = feed.read(tmp_path, published(tmp_path))
     assert record.steps == 4 and record.device == "cpu"  # the loop's figures, not the probe's
 
 
@@ -132,7 +133,7 @@ def test_a_job_that_loaded_the_feed_but_iterates_plain_dataloaders_is_measured(t
     env = {**probed(base_env, tmp_path), "TUNEUP_OBSERVERS": feed.OBSERVER}
     done = run(script, env)
     assert done.returncode == 0, done.stderr
-    (record,) = feed.read(tmp_path)
+    (record,) = feed.read(tmp_path, published(tmp_path))
     assert (record.steps, record.samples, record.batch_size) == (5, 40, 8)
     assert record.trainer is None and record.device is None  # the probe's, not the loop's
 

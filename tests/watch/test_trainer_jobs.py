@@ -12,6 +12,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from watch_helpers import published
 
 from tuneup.runtime.hooks import ENV_OBSERVERS
 from tuneup.site import SITE_DIR
@@ -87,7 +88,7 @@ def run_watched(tmp_path: Path, source: str) -> feed.RuntimeSample:
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
                           env=env, timeout=120, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
-    (record,) = feed.read(directory)
+    (record,) = feed.read(directory, published(directory))
     return record
 
 

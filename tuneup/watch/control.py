@@ -43,12 +43,21 @@ def _not_running(state: StateDir) -> str:
 def status(state_dir: Path | None, output_format: str) -> None:
     """The jobs the daemon sees, each with its verdict and since when it holds.
 
-    Exits 1 when no daemon runs (with --format json, after printing {"running": false}).
+    Exits 1 when no daemon runs (with --format json, after printing {"running": false}),
+    or when one runs but its status cannot be read (JSON: "running": true, "status": null).
     """
     state = StateDir(state_dir)
     pid = state.running_pid()
     data = state.read_status() if pid is not None else None
-    if data is None or data.get("pid") != pid:
+    if pid is not None and (data is None or data.get("pid") != pid):
+        if output_format == "json":  # it runs: never say otherwise
+            click.echo(json.dumps({"running": True, "pid": pid, "state_dir": str(state.path),
+                                   "status": None}))
+            click.get_current_context().exit(1)
+        raise TuneupError(f"the daemon (pid {pid}) runs, but its status {state.status_file} "
+                          "cannot be read (missing, too large or not yet written); its log "
+                          f"is {_log(state)}; `tuneup watch stop` ends it")
+    if data is None:
         if output_format == "json":
             click.echo(json.dumps({"running": False, "state_dir": str(state.path)}))
             click.get_current_context().exit(1)
@@ -114,6 +123,8 @@ def print_status(console: Console, data: dict[str, Any]) -> None:
                       _when(job["first_seen"]), Text(kind, style="bold"),
                       _when(job.get("verdict_since")))
     console.print(table)
+    if data.get("jobs_not_listed"):
+        console.print(Text(f"… and {data['jobs_not_listed']} more jobs (not listed)", style="dim"))
     for job in jobs:
         if job.get("verdict"):
             console.print(Text(f"{job['pid']}: "

@@ -48,6 +48,7 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 LOG_MAX_BYTES = 10 << 20  # a job's samples fill this in about two hours
 LOG_BACKUPS = 5
 KEEP_ENDED = 20  # ended jobs the status still lists
+MAX_LISTED = 256  # jobs in the status: with bounded command lines, well under its read limit
 START_TIMEOUT_S = 60.0
 MAX_READY_BYTES = 1 << 16
 
@@ -269,11 +270,15 @@ class Daemon:
                     verdict=verdict.to_dict() if verdict is not None else None)
 
     def status(self, stopped_at: str | None = None) -> dict[str, Any]:
+        """What ``status.json`` holds: bounded whatever the machine's users run (at most
+        :data:`MAX_LISTED` jobs, each command line cut by the finder)."""
+        jobs = [*self.jobs.values(), *self.ended]
         return {"pid": os.getpid(), "state_dir": str(self.state.path),
                 "log": str(self.log_path), "serve": self.serve_url,
                 "interval_s": self.interval, "started_at": self.started_at,
                 "updated_at": now(), "stopped_at": stopped_at, "notes": self.notes,
-                "jobs": [job.status() for job in [*self.jobs.values(), *self.ended]]}
+                "jobs": [job.status() for job in jobs[:MAX_LISTED]],
+                "jobs_not_listed": max(0, len(jobs) - MAX_LISTED)}
 
     def _write_status(self, stopped_at: str | None = None) -> None:
         try:

@@ -36,6 +36,7 @@ IMPORTS_TUNEUP = re.compile(  # ``from tuneup...``, ``import tuneup``, ``import 
     rb"tuneup\b)", re.MULTILINE)
 MAX_SCRIPT_BYTES = 1 << 20  # a training script's imports are near its top
 FORK_GRACE_S = 10.0  # a fork still without exec after this is read as it is
+MAX_COMMAND_CHARS = 4096  # of a job's command line as stored, logged and shown
 TOOL_MODULES = ("tuneup.cli", "tuneup.watch.daemon")
 
 
@@ -64,6 +65,23 @@ class _Seen:
     user: str | None
     marked: str | None  # RUNTIME, IMPORTS or None
     feed_directory: Path | None
+
+
+def bounded(cmdline: list[str]) -> tuple[str, ...]:
+    """The command line as the daemon keeps it: its first :data:`MAX_COMMAND_CHARS`
+    characters (a space counted between words), the cut word marked with how much is left
+    out. Any local user can start a process with a 2 MB command line; every job's is in the
+    status file, the log and ``watch status``, whose size must not depend on it."""
+    kept: list[str] = []
+    left = MAX_COMMAND_CHARS
+    for index, word in enumerate(cmdline):
+        if len(word) + 1 > left:
+            rest = sum(len(w) + 1 for w in cmdline[index:]) - 1
+            kept.append(f"{word[:max(left - 1, 0)]}…[{rest - max(left - 1, 0)} more characters]")
+            break
+        kept.append(word)
+        left -= len(word) + 1
+    return tuple(kept)
 
 
 def is_python(name: str, cmdline: list[str]) -> bool:
@@ -174,7 +192,7 @@ class Finder:
             marked = IMPORTS
         else:
             marked = None
-        return _Seen(command=tuple(cmdline), user=user, marked=marked,
+        return _Seen(command=bounded(cmdline), user=user, marked=marked,
                      feed_directory=feed_directory(environ))
 
     def _forked(self, process: psutil.Process, cmdline: list[str]) -> bool:

@@ -7,9 +7,10 @@ samples, time waiting for data, time copying to the device — as ``<pid>.json``
 directory, replaced atomically, at most once per :data:`PERIOD_S`, at the end of each
 epoch (so a job killed later still leaves its counters) and once more at exit.
 One file per training process, so several ranks never overwrite each other. The watcher
-reads them with :func:`read`, as files of the job's user: no link followed, no named pipe
-waited on, a bounded number of bounded files, so a job cannot stall the watcher (or a
-daemon running as root) through its feed directory. Without the variable no observer is
+reads them with :func:`read`, as files of the job's user: by their known names (the
+job's pids; the folder is never listed), no link followed, no named pipe waited on, a
+bounded number of bounded files, so a job cannot stall the watcher (or a daemon running
+as root) through its feed directory. Without the variable no observer is
 installed and the runtime's cost is what it always was; with it, a batch costs one clock
 read more.
 
@@ -19,14 +20,13 @@ This module imports no torch at import time: the watcher reads the feed without 
 from __future__ import annotations
 
 import atexit
-import contextlib
 import dataclasses
 import itertools
 import json
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 OBSERVER = "tuneup.watch.feed:install"
 PERIOD_S = 1.0
 MAX_BYTES = 1 << 16  # a feed file is a few hundred bytes
-MAX_FILES = 256  # one per training process: more ranks than any one machine runs
+MAX_LOOKUPS = 1024  # names tried a tick: a job's training processes and its workers
 _FIELDS = {field.name: field for field in dataclasses.fields(RuntimeSample)}
 
 
@@ -120,14 +120,17 @@ class Feed(hooks.Observer):
         )
 
 
-def read(directory: Path) -> tuple[RuntimeSample, ...]:
-    """Every training process's latest counters in ``directory`` (none: an empty tuple)."""
-    names: list[str] = []
-    with contextlib.suppress(OSError), os.scandir(directory) as entries:
-        names = [entry.name for entry in itertools.islice(
-            (e for e in entries if e.name.endswith(".json")), MAX_FILES)]
-    found = [_parse(directory / name) for name in sorted(names)]
-    return tuple(record for record in found if record is not None)
+def read(directory: Path, pids: Iterable[int]) -> tuple[RuntimeSample, ...]:
+    """The latest counters of the training processes among ``pids`` (the job's, as the
+    watcher knows them; the first :data:`MAX_LOOKUPS`), each read by its known name
+    ``<pid>.json``: the folder is never listed, so a job's user who fills it with files
+    costs the watcher nothing. A file whose record names another pid is not that process's."""
+    found = []
+    for pid in itertools.islice(dict.fromkeys(pids), MAX_LOOKUPS):
+        record = _parse(directory / f"{pid}.json")
+        if record is not None and record.pid == pid:
+            found.append(record)
+    return tuple(sorted(found, key=lambda record: record.pid))
 
 
 def _parse(path: Path) -> RuntimeSample | None:

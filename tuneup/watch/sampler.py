@@ -29,15 +29,25 @@ class Sampler:
         self.stacks = stacks
         self.clock = clock
         self.started = clock()
+        self.publishers: set[int] = set()  # pids whose feed file was read: after the job too
+        self.members: set[int] = {tree.root.pid}  # the tree at the last sample
 
     def runtime(self) -> tuple[RuntimeSample, ...]:
-        """The feed's latest counters, one per training process."""
-        return feed.read(self.feed_directory) if self.feed_directory is not None else ()
+        """The feed's latest counters, one per training process: the files of the processes
+        that published before and of the tree's members, by name (a new process's from the
+        tick after it is first sampled)."""
+        if self.feed_directory is None:
+            return ()
+        records = feed.read(self.feed_directory, [*sorted(self.publishers),
+                                                  *sorted(self.members)])
+        self.publishers.update(record.pid for record in records)
+        return records
 
     def sample(self) -> Sample:
         runtime = self.runtime()
         trainers = {record.pid for record in runtime}
         processes = self.tree.sample(trainers)
+        self.members = {p.pid for p in processes} or self.members
         gpus = self.gpus.read({p.pid for p in processes}) if self.gpus is not None else ()
         stacks = (self.stacks.poll(stack_target(runtime, processes, gpus))
                   if self.stacks is not None else None)

@@ -14,15 +14,19 @@ and alerts written for it read the watcher's too; the rest are ``tuneup_watch_*`
 
 The labels carry every job's script, so the endpoint listens on a loopback address unless
 the user says ``--serve-public``; and it holds at most :data:`MAX_CONNECTIONS` connections
-at once, each for at most :data:`CONNECTION_TIMEOUT_S` without a word, so idle clients
-cannot pile up threads and descriptors in the watcher (or in a daemon running as root).
+at once, each for at most :data:`CONNECTION_TIMEOUT_S` without a word and
+:data:`REQUEST_DEADLINE_S` in all, so idle or trickling clients cannot pile up threads and
+descriptors in the watcher (or in a daemon running as root). Labels are printable text
+(another user's script name may hold escapes, or bytes that are no UTF-8).
 """
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from socketserver import ThreadingMixIn
@@ -30,12 +34,14 @@ from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from tuneup.errors import UsageError
+from tuneup.machine.snapshot import printable
 from tuneup.watch.samples import HELPER, MAIN, WORKER, GpuSample, Sample
 from tuneup.watch.verdict import Figures, Verdict
 
 PREFIX = "tuneup_watch_"
 MAX_CONNECTIONS = 16  # a scraper or two and a person with curl; more are turned away
 CONNECTION_TIMEOUT_S = 10.0  # a scrape's request arrives at once; a silent client is dropped
+REQUEST_DEADLINE_S = 10.0  # a whole connection, however it trickles: then it is cut off
 GPU_LABELS = ["gpu", "UUID", "modelName"]  # the DCGM exporter's
 MIB = 2**20  # DCGM gives framebuffer memory in MiB
 Reading = Callable[[GpuSample], "float | None"]
@@ -160,6 +166,8 @@ class _Server(ThreadingMixIn, WSGIServer):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self.deadlines: dict[socket.socket, float] = {}  # connection -> when it is cut off
+        self.deadlines_lock = threading.Lock()
         super().__init__(*args, **kwargs)
 
     def get_request(self) -> tuple[socket.socket, Any]:
@@ -172,17 +180,36 @@ class _Server(ThreadingMixIn, WSGIServer):
         if not self.slots.acquire(blocking=False):
             self.shutdown_request(request)
             return
+        with self.deadlines_lock:
+            self.deadlines[request] = time.monotonic() + REQUEST_DEADLINE_S
         try:
             super().process_request(request, client_address)
         except BaseException:
-            self.slots.release()
+            self._done(request)
             raise
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
         try:
             super().process_request_thread(request, client_address)
         finally:
-            self.slots.release()
+            self._done(request)
+
+    def _done(self, request: Any) -> None:
+        with self.deadlines_lock:
+            self.deadlines.pop(request, None)
+        self.slots.release()
+
+    def service_actions(self) -> None:
+        """Cut off every connection past its deadline (``serve_forever`` calls this at
+        least every half second): the socket's timeout bounds each read, so a client
+        sending a byte every few seconds would otherwise hold its slot forever. Shutting
+        the socket down ends whatever read or write its handler waits in."""
+        now = time.monotonic()
+        with self.deadlines_lock:
+            overdue = [request for request, due in self.deadlines.items() if due <= now]
+        for request in overdue:
+            with contextlib.suppress(OSError):  # the connection ended meanwhile
+                request.shutdown(socket.SHUT_RDWR)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A client that timed out or hung up is no error of the watcher's: no traceback."""
@@ -291,7 +318,7 @@ def _jobs(jobs: Sequence[JobView], gauge: Any, counter: Any) -> Iterator[Any]:
     verdict = gauge(PREFIX + "verdict", "1 for the job's live verdict (last 10 s)",
                     labels=[*labels, "kind"])
     for job in jobs:
-        key = [str(job.pid), job.script]
+        key = [str(job.pid), printable(job.script, one_line=True)]  # UTF-8 text, always
         for role in (MAIN, WORKER, HELPER):
             members = [p for p in job.sample.processes if p.role == role]
             processes.add_metric([*key, role], len(members))
