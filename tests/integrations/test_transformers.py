@@ -254,9 +254,17 @@ def test_a_missing_library_is_one_line_naming_the_extra(monkeypatch, write_setti
         tuned_trainer(object())  # type: ignore[arg-type]
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a GPU")
+@pytest.fixture
+def no_bf16_gpu(no_gpu, monkeypatch):
+    """No GPU, as transformers' own checks see it too (it caches their answers per process)."""
+    import transformers.training_args as training_args
+
+    monkeypatch.setattr(training_args, "is_torch_bf16_gpu_available", lambda: False)
+    monkeypatch.setattr(training_args, "is_torch_cuda_available", lambda: False)
+
+
 def test_amp_that_training_arguments_refuse_is_dropped_and_the_rest_applies(
-        tmp_path, write_settings):
+        tmp_path, write_settings, no_bf16_gpu):
     write_settings(amp_dtype="bfloat16", num_workers=1)
     trainer = trainer_for(tmp_path, use_cpu=False)  # bf16 then needs a GPU, says transformers
     with pytest.warns(TuneupWarning, match="TrainingArguments refused bf16=True"):
@@ -301,8 +309,7 @@ def test_workers_are_not_given_to_an_iterable_dataset(tmp_path, write_settings):
     assert "IterableDataset" in _fixed_reasons(trainer)["num_workers"]
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a GPU")
-def test_bf16_that_training_arguments_would_refuse_is_not_tuned(tmp_path):
+def test_bf16_that_training_arguments_would_refuse_is_not_tuned(tmp_path, no_bf16_gpu):
     from tuneup.integrations.transformers import _fixed_reasons
     reasons = _fixed_reasons(trainer_for(tmp_path, use_cpu=False))
     assert "use_cpu=True" in reasons["amp_dtype"]

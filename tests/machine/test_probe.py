@@ -1,4 +1,5 @@
-"""The live probe on this machine (no GPU, CPU torch) and its pure parsers on real file texts."""
+"""The live probe on any machine, the no-GPU path through faked facts, and the pure parsers on
+real file texts."""
 
 from __future__ import annotations
 
@@ -239,12 +240,15 @@ def test_missing_torch_is_a_fact(monkeypatch):
 
 
 def test_live_snapshot_on_this_machine():
+    import torch
+
     snapshot = probe.snapshot()
     assert snapshot.source == "live"
-    assert snapshot.gpus == []  # no NVIDIA hardware here
-    assert any(note.startswith("NVML is not available") for note in snapshot.notes)
-    assert snapshot.torch.installed and snapshot.torch.build == "cpu"
-    assert snapshot.torch.cuda is None and snapshot.torch.cuda_available is False
+    assert snapshot.torch.installed and snapshot.torch.version == str(torch.__version__)
+    assert snapshot.torch.cuda_available is torch.cuda.is_available()
+    if torch.cuda.is_available():  # NVML (or torch) lists every GPU torch can use, and more
+        assert snapshot.torch.build in ("cuda", "rocm")
+        assert len(snapshot.gpus) >= torch.cuda.device_count() > 0
     assert snapshot.platform.os_family == "linux" and snapshot.platform.python_version
     assert 0 < snapshot.cpu.usable_cores <= snapshot.cpu.logical_cores
     assert snapshot.cpu.shm_total_bytes > 0 and snapshot.cpu.ram_total_bytes > 0
@@ -252,10 +256,27 @@ def test_live_snapshot_on_this_machine():
     assert snapshot.pip_packages["torch"] == snapshot.torch.version
 
 
+def test_snapshot_of_a_machine_without_a_gpu(no_gpu):
+    snapshot = probe.snapshot()
+    assert snapshot.gpus == []  # known: no NVIDIA hardware (torch sees none either)
+    assert any(note.startswith("NVML is not available") for note in snapshot.notes)
+    assert snapshot.torch.installed and snapshot.torch.build == "cpu"
+    assert snapshot.torch.cuda is None and snapshot.torch.cuda_available is False
+    assert 0 < snapshot.cpu.usable_cores <= snapshot.cpu.logical_cores
+
+
 def test_light_probes_used_by_the_fingerprint():
     from tuneup.settings import fingerprint
 
     current = fingerprint.current()
     assert current["torch"] == probe.probe_torch().version
-    assert current["gpu_count"] == 0
+    assert current["gpu_count"] == len(probe.probe_nvidia()[1] or [])
     assert current["cpu_cores"] == probe.probe_cpu().usable_cores
+
+
+def test_the_fingerprint_of_a_machine_without_a_gpu(no_gpu):
+    from tuneup.settings import fingerprint
+
+    current = fingerprint.current()
+    assert (current["gpu_count"], current["gpu_model"], current["driver"]) == (0, None, None)
+    assert current["torch_cuda"] is None

@@ -32,11 +32,12 @@ class Slow(Dataset):
         return self.x[index], self.y[index]
 
 
-def train(adapt: bool, epochs: int, **loader_kwargs) -> tuple[list, list, list[int], object]:
+def train(adapt: bool, epochs: int, delay_s: float = 0.004,
+          **loader_kwargs) -> tuple[list, list, list[int], object]:
     torch.manual_seed(0)
     model = make_model()
     loop = tuned_loop(model, torch.optim.SGD(model.parameters(), lr=0.1), adapt=adapt)
-    loader = tuned_loader(Slow(), batch_size=8, shuffle=True,
+    loader = tuned_loader(Slow(delay_s=delay_s), batch_size=8, shuffle=True,
                           generator=torch.Generator().manual_seed(1), **loader_kwargs)
     seen, losses, workers = [], [], []
     for _ in range(epochs):
@@ -68,8 +69,10 @@ def test_a_stalled_loop_gets_workers_between_epochs_and_the_same_samples_and_los
 
 def test_workers_stay_within_the_usable_cores_then_prefetch_deepens(monkeypatch):
     monkeypatch.setattr("tuneup.runtime.apply.usable_cores", lambda: 1)
+    # loading (160 ms a batch for the one worker) outweighs a step even on a loaded machine,
+    # where 32 ms did not (a 37 % wait fell under the 20 % that deepens the prefetch)
     with pytest.warns(TuneupWarning, match="prefetch_factor 2 -> 4"):
-        _, _, workers, loader = train(adapt=True, epochs=3)
+        _, _, workers, loader = train(adapt=True, epochs=3, delay_s=0.02)
     assert max(workers) == 1 and loader.dataloader.prefetch_factor == 8  # after epochs 2, 3
 
 

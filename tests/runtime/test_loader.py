@@ -20,7 +20,7 @@ def linked_loop() -> tuple[torch.nn.Module, object]:
     return model, tuned_loop(model, torch.optim.SGD(model.parameters(), lr=0.1))
 
 
-def test_alone_it_tunes_only_loader_knobs_and_user_keywords_win(write_settings):
+def test_alone_it_tunes_only_loader_knobs_and_user_keywords_win(write_settings, no_gpu):
     write_settings(num_workers=2, prefetch_factor=4, persistent_workers=True, pin_memory=True,
                    micro_batch_size=4, cpu_threads=1)
     threads = torch.get_num_threads()
@@ -32,6 +32,17 @@ def test_alone_it_tunes_only_loader_knobs_and_user_keywords_win(write_settings):
     explicit = tuned_loader(make_dataset(), 32, num_workers=0)  # positional batch_size too
     assert explicit.num_workers == 0 and explicit.prefetch_factor is None
     assert explicit.persistent_workers is False
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="pinned memory serves copies to a CUDA GPU")
+def test_pinned_batches_reach_a_loop_on_cuda(write_settings):
+    write_settings(pin_memory=True)
+    model = make_model().cuda()
+    loop = tuned_loop(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    loader = tuned_loader(make_dataset(), batch_size=32, loop=loop)
+    assert loader.pin_memory is True
+    x, y = next(iter(loader))
+    assert x.device.type == "cuda" and y.device.type == "cuda"
 
 
 def train(loop, loader) -> list[int]:

@@ -133,8 +133,24 @@ def test_amp_problems_per_device():
     assert apply.amp_problem("float16", "mps", True) is not None
 
 
-def test_scaler_only_for_float16_on_cuda():
+def test_scaler_only_for_float16_on_cuda(no_gpu):
     assert apply.make_scaler(torch.bfloat16, torch.device("cuda")) is None
     assert apply.make_scaler(torch.float16, torch.device("cpu")) is None
-    with pytest.warns(UserWarning):  # no CUDA here: torch builds it disabled, with its own warning
-        assert isinstance(apply.make_scaler(torch.float16, torch.device("cuda")), torch.amp.GradScaler)
+    with pytest.warns(UserWarning, match="CUDA is not available"):  # torch disables it itself
+        scaler = apply.make_scaler(torch.float16, torch.device("cuda"))
+    assert isinstance(scaler, torch.amp.GradScaler) and not scaler.is_enabled()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="float16's GradScaler needs a CUDA GPU")
+def test_float16_on_cuda_gets_a_scaler_that_scales():
+    scaler = apply.make_scaler(torch.float16, torch.device("cuda"))
+    assert scaler is not None and scaler.is_enabled()
+    weight = torch.nn.Parameter(torch.ones(4, device="cuda"))
+    optimizer = torch.optim.SGD([weight], lr=0.1)
+    with torch.autocast("cuda", dtype=torch.float16):
+        loss = (weight * 2).sum()
+    scaler.scale(loss).backward()
+    assert weight.grad is not None and float(weight.grad[0]) == 2.0 * scaler.get_scale()
+    scaler.step(optimizer)
+    scaler.update()
+    assert torch.allclose(weight.detach(), torch.full((4,), 0.8, device="cuda"))

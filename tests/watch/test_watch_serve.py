@@ -20,6 +20,7 @@ from watch_helpers import load
 
 from tuneup.cli import main
 from tuneup.errors import EXIT_USAGE
+from tuneup.machine.probe import probe_nvidia
 from tuneup.watch.daemon import Daemon
 from tuneup.watch.discover import Finder
 from tuneup.watch.state import StateDir
@@ -109,7 +110,10 @@ def test_a_watched_job_s_samples_are_scraped(tmp_path):
     assert value(metrics, "tuneup_watch_job_rss_bytes", pid=pid) > 1 << 20
     assert value(metrics, "tuneup_watch_host_usable_cores") >= 1
     assert value(metrics, "tuneup_watch_host_memory_total_bytes") > 0
-    assert value(metrics, "DCGM_FI_DEV_GPU_UTIL") is None  # no GPU here
+    # one utilisation per GPU NVML sees on this machine: none without a GPU
+    utilization = [v for (n, _), v in metrics.items() if n == "DCGM_FI_DEV_GPU_UTIL"]
+    assert len(utilization) == len(probe_nvidia()[1] or []), utilization
+    assert all(0 <= v <= 100 for v in utilization)
 
 
 def serve_daemon(tmp_path, recording: dict, pid: int) -> dict:

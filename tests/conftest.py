@@ -1,0 +1,57 @@
+"""Fixtures every area shares: a machine without a GPU, faked through the probe seam, and
+an autotune budget that grows with the machine's load.
+
+The suite passes on a machine with a GPU and on one without: a test of the no-GPU path
+takes ``no_gpu`` instead of relying on the machine it runs on. It passes on a loaded machine
+too: a test that runs autotune under a budget takes it from ``budget_for_load``.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+
+import pytest
+
+# What `python -c "import torch, tuneup.runtime"` took on the 2-core machine the tests' budgets
+# were set on; the most a budget is stretched (the tests' own timeouts hold the longest one)
+REFERENCE_STARTUP_S = 3.0
+MAX_STRETCH = 6.0
+
+NO_NVML_NOTE = "NVML is not available (NVML Shared Library Not Found)"
+
+
+@pytest.fixture
+def no_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This process sees no NVIDIA driver or GPU, and a CPU build of torch.
+
+    Faked where the facts enter: the probe's NVIDIA step (what ``probe_nvidia`` returns where
+    there is no trace of NVIDIA hardware) and torch's own CUDA queries.
+    """
+    import torch
+
+    from tuneup.machine import probe
+    from tuneup.machine.snapshot import Driver
+
+    def no_nvidia(notes: list[str] | None = None):
+        if notes is not None:
+            notes.append(NO_NVML_NOTE)
+        return Driver(), []
+
+    monkeypatch.setattr(probe, "_probe_nvidia", no_nvidia)
+    monkeypatch.setattr(torch.version, "cuda", None)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+
+
+@pytest.fixture
+def budget_for_load() -> Callable[[float], float]:
+    """``budget_for_load(40)``: 40 s on an idle machine, more where a Python start with torch
+    takes longer now (the busy GPU machine ran out of a 30 s budget after a 36 s start-up)."""
+    started = time.monotonic()
+    subprocess.run([sys.executable, "-c", "import torch, tuneup.runtime"], check=True,
+                   timeout=300)
+    stretch = min(MAX_STRETCH, max(1.0, (time.monotonic() - started) / REFERENCE_STARTUP_S))
+    return lambda base: round(base * stretch)
