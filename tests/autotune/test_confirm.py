@@ -14,7 +14,7 @@ from test_search import JITTER, compute_bound, record, search
 
 from tuneup.autotune.report import runner_up_text, to_json
 from tuneup.autotune.search import Change, Options, Search, describe
-from tuneup.autotune.search.confirm import _decide, _settled, simpler_alternative
+from tuneup.autotune.search.confirm import StopRule, _decide, simpler_alternative
 from tuneup.autotune.trials import Trial, TrialResult, typical_step
 from tuneup.settings import Knobs
 
@@ -213,7 +213,7 @@ def test_the_confirmation_goes_on_while_a_comparison_is_undecided():
     tuner, _ = search(compute_bound)
 
     def rounds(gap: float, count: int) -> list[bool]:
-        stop = _settled(tuner, [pick, rival])
+        stop = StopRule(tuner, [pick, rival])
         looks = []
         for i in range(count):
             for knobs, step in ((pick, 0.1), (rival, 0.1 * gap)):

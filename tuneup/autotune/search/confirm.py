@@ -12,17 +12,16 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from tuneup.autotune.search.labels import describe, weightless_change
 from tuneup.autotune.search.outcome import Change, Outcome, RunnerUp
+from tuneup.autotune.search.speedup import Comparison, compare, disturbed_note, steady_step
 from tuneup.autotune.search.stages import HEADROOM, compile_verdict
 from tuneup.autotune.search.verdict import interval_reason, is_look, paired_reason, verdict
 from tuneup.autotune.trials import (
     TrialResult,
     confidence_faster,
-    log_ratio_interval_pooled,
     merge,
     paired_steps,
     typical_step,
@@ -39,12 +38,13 @@ MAX_ROUNDS = 32  # a tie that stays undecided does not take a large budget's eve
 
 def confirm(search: Search) -> Outcome:
     """Re-run the winner, the defaults and a rival; within noise the simpler settings win.
-    The speed-up is the ratio of geometric-mean speeds over every run of the pick and the
-    defaults, with its 95 % interval; none when the baseline is kept."""
+    The speed-up is the ratio of geometric-mean speeds over every steady run of the pick
+    and the defaults, with its 95 % interval (``speedup.compare``); none when the baseline
+    is kept."""
     outcome = _confirm(search)
     if outcome.kept_baseline:  # one speed, from every run of it: no speed-up to claim
-        runs = _step_times(search.results, outcome.baseline_knobs)
-        speed = (search.facts.samples_per_step / statistics.geometric_mean(runs) if runs
+        step = steady_step(search.results, outcome.baseline_knobs)
+        speed = (search.facts.samples_per_step / step if step
                  else outcome.baseline_samples_per_s)
         outcome.baseline_samples_per_s = outcome.tuned_samples_per_s = speed
         outcome.speedup_interval = None
@@ -86,14 +86,17 @@ def _confirm(search: Search) -> Outcome:
         search.note("confirm: skipped, budget exhausted; the speed-up is UNCONFIRMED "
                     "(single trials of the stages)")
         return outcome
-    results = search.measure([search.trial(k) for _ in range(rounds) for k in configs],
-                             _settled(search, configs))
+    stop = StopRule(search, configs)
+    results = search.measure([search.trial(k) for _ in range(rounds) for k in configs], stop)
     taken = [r for r in results if r.ran]
     runs = {k: [r for r in taken if r.trial.knobs == k] for k in configs}
-    if len(taken) < len(results):
-        search.note(f"confirm: settled after {len(taken) // len(configs)} of {rounds} rounds, "
+    if stop.settled_after:
+        search.note(f"confirm: settled after {stop.settled_after} of {rounds} rounds, "
                     f"{search.budget.time_left():.0f} s of the budget unused: each setting "
                     "beside the pick is slower beyond noise, or within it, with 95 % confidence")
+    elif len(taken) < len(results):
+        search.note(f"confirm: the budget ran out after {len(taken) // len(configs)} of "
+                    f"{rounds} full rounds; decided on them and the stages' runs together")
     if any(merge(runs[k]) is None for k in (tuned, default) if k in runs):
         search.note("confirm: re-runs failed; the speed-up is UNCONFIRMED "
                     "(single trials of the stages)")
@@ -106,30 +109,42 @@ def _confirm(search: Search) -> Outcome:
     simpler = rival if rival not in (None, default, contender) and \
         rival.compile_mode == tuned.compile_mode else None
     pick = _decide(search, runs, step, simpler, contender)
-    speedup = ratio_interval(search.results, pick, default)
-    _restate_rejections(search, runs, pick, speedup)
+    headline = compare(search.results, pick, default)
+    _restate_rejections(search, runs, pick, headline)
     outcome.knobs = pick
+    outcome.runner_up = runner_up(pick, runs, step, default, headline)
+    if headline is None:  # the pick's runs failed after all: the stages' figures stand
+        return outcome
     batch = search.facts.samples_per_step
-    outcome.tuned_samples_per_s = batch / typical_of_all(search.results, pick)
-    outcome.baseline_samples_per_s = batch / typical_of_all(search.results, default)
-    outcome.confirmed = True
-    outcome.speedup_interval = speedup
-    outcome.runner_up = runner_up(pick, runs, step)
-    outcome.measured_by = _how_confirmed(search, runs, pick, default)
+    outcome.tuned_samples_per_s = batch / headline.pick_step_s
+    outcome.baseline_samples_per_s = batch / headline.other_step_s
+    # the baseline kept is confirmed by the re-runs; a speed-up only by its interval
+    outcome.confirmed = pick == default or headline.confirmed
+    outcome.speedup_interval = headline.interval
+    outcome.measured_by = _how_measured(runs, headline, pick, default)
+    disturbed = disturbed_note(headline.disturbed, batch, _name_any)
+    if disturbed and pick != default:
+        search.note(disturbed)
     return outcome
 
 
-def _how_confirmed(search: Search, runs: dict[Knobs, list[TrialResult]], pick: Knobs,
-                   default: Knobs) -> str:
+def _how_measured(runs: dict[Knobs, list[TrialResult]], headline: Comparison, pick: Knobs,
+                  default: Knobs) -> str:
     """How the speed-up was measured, said beside it: the confirmation's interleaved rounds,
-    and which runs the figure pools."""
+    which runs the figure pools, and whether its interval excludes 1 (only then is it
+    called confirmed: never "3.02x [0.67, 13.69] (confirmed)")."""
     rounds = len(runs.get(pick, []))
     beside = [_name(k) if k == default else describe(k) for k in runs if k != pick]
     where = f" beside {' and '.join(beside)}" if beside else ""
     stages = "" if default in runs else " (the defaults' from the stages)"
-    return (f"confirmed: re-measured in {rounds} interleaved round(s){where}; the ratio of "
-            f"geometric-mean speeds over every run of both in the search{stages}, 95 % "
-            "interval")
+    how = (f"re-measured in {rounds} interleaved round(s){where}; the ratio of geometric-mean "
+           f"speeds over every steady run of both in the search{stages}, 95 % interval")
+    if headline.confirmed:
+        return f"confirmed: {how}"
+    why = ("too few steady runs for an interval" if headline.log_interval is None
+           else "the interval includes 1: no speed-up shown beyond noise")
+    return (f"not confirmed: {how}; {why} (tune again when the machine is quieter, or with a "
+            "larger --budget)")
 
 
 def _two_to_rerun(search: Search, configs: list[Knobs], doubt: Knobs | None
@@ -144,7 +159,8 @@ def _two_to_rerun(search: Search, configs: list[Knobs], doubt: Knobs | None
     defaults the pick can hardly be wrong. Without the defaults' slower trials in each
     round, the estimate has no cushion: hence the slack."""
     tuned, default = configs[0], configs[1]
-    interval = ratio_interval(search.results, tuned, default)
+    beaten = compare(search.results, tuned, default)
+    interval = beaten.interval if beaten is not None else None
     if doubt is None or interval is None or interval[0] <= 1 + search.options.min_gain \
             or _affordable_rounds(search, [tuned, doubt], slack=SLACK) < MIN_ROUNDS:
         return [tuned, default]
@@ -163,24 +179,45 @@ def _one_round(search: Search, tuned: Knobs, default: Knobs) -> list[Knobs]:
     return [tuned, eager] if eager is not None and tuned.compile_mode else [tuned, default]
 
 
-def _settled(search: Search, configs: list[Knobs]) -> Callable[[TrialResult], bool]:
-    """The confirmation's stop rule: at the looks (after 2, 3, 4, 6, 8, ... rounds), stop
-    once every setting is decided against the fastest, as in the stages' races; a budget
-    that runs out stops it too."""
-    tie = search.options.tie
-    seen: list[TrialResult] = []
+class StopRule:
+    """The confirmation's stop rule: at the looks (after 2, 3, 4, 6, 8, ... rounds, never
+    after 1), stop once every setting is decided against the fastest, as in the stages'
+    races, and the speed-up the result will claim over the defaults is decided too (its
+    interval, ``speedup.compare`` over every run of the search, excludes 1 or lies within
+    the tie zone: a settled confirmation never reports an unconfirmed speed-up); remember
+    the round (``settled_after``). A trial the budget cut stops it too, unsettled (that is
+    not "settled after 1 of 5 rounds")."""
 
-    def stop(result: TrialResult) -> bool:
+    def __init__(self, search: Search, configs: list[Knobs]) -> None:
+        self.tie = search.options.tie
+        self.configs = configs
+        self.earlier = list(search.results)
+        self.default = search.baseline_knobs
+        self.seen: list[TrialResult] = []
+        self.settled_after = 0
+
+    def _claim_decided(self) -> bool:
+        for knobs in self.configs:
+            against = compare(self.earlier + self.seen, knobs, self.default)
+            if knobs == self.default or against is None:
+                continue
+            low, high = against.log_interval or (-math.inf, math.inf)
+            if not (low > 0 or high < 0 or (low > -self.tie and high < self.tie)):
+                return False
+        return True
+
+    def __call__(self, result: TrialResult) -> bool:
         if not result.ran:
             return True
-        seen.append(result)
-        rounds, partial = divmod(len(seen), len(configs))
+        self.seen.append(result)
+        rounds, partial = divmod(len(self.seen), len(self.configs))
         if partial or not is_look(rounds):
             return False
-        runs = {k: [r for r in seen if r.trial.knobs == k] for k in configs}
-        return not verdict(runs, tie, first_round=0)[1]
-
-    return stop
+        runs = {k: [r for r in self.seen if r.trial.knobs == k] for k in self.configs}
+        if verdict(runs, self.tie, first_round=0)[1] or not self._claim_decided():
+            return False
+        self.settled_after = rounds
+        return True
 
 
 def _decide(search: Search, runs: dict[Knobs, list[TrialResult]], step: dict[Knobs, float],
@@ -259,22 +296,22 @@ def _note_kept(search: Search, default: Knobs) -> None:
 
 
 def _restate_rejections(search: Search, runs: dict[Knobs, list[TrialResult]], pick: Knobs,
-                        speedup: tuple[float, float] | None) -> None:
+                        headline: Comparison | None) -> None:
     """A setting rejected on speed and re-run here is judged again on these rounds beside
     the pick, the closest comparison the search made, and these rounds' verdict stands:
     its stage's (``slower (-5%)``, or ``likely slower (-11%)`` from a short race) must not
-    contradict the runner-up's (a tie at 0.99x). The defaults are judged on ``speedup``,
-    the interval the result gives (every run of the two): two paired rounds alone called
-    them ``within noise (-41.0%)`` beside a speed-up of 1.56x [1.32, 1.84]. The pick itself
-    is no longer rejected. Compile is left to its own rule, which pools its race's rounds
-    with these."""
+    contradict the runner-up's (a tie at 0.99x). The defaults are judged on ``headline``,
+    the speed-up the result gives (every steady run of the two): two paired rounds alone
+    called them ``within noise (-41.0%)`` beside a speed-up of 1.56x [1.32, 1.84]. The pick
+    itself is no longer rejected. Compile is left to its own rule, which pools its race's
+    rounds with these."""
     search.rejected[:] = [r for r in search.rejected
                           if not (r.on_speed and r.trial_id == describe(pick))]
     tie, default = search.options.tie, search.baseline_knobs
     for knobs, results in runs.items():
         if knobs == default != pick:  # in the words of the result's speed-up interval
-            reason = speedup and interval_reason(
-                (math.log(speedup[0]), math.log(speedup[1])), tie, ", confirmed")
+            reason = headline and headline.log_interval and interval_reason(
+                headline.log_interval, tie, ", confirmed")
         elif knobs == pick or knobs.compile_mode != pick.compile_mode:
             continue
         else:
@@ -282,6 +319,10 @@ def _restate_rejections(search: Search, runs: dict[Knobs, list[TrialResult]], pi
         for rejection in search.rejected:
             if reason and rejection.on_speed and rejection.trial_id == describe(knobs):
                 rejection.reason = reason
+
+
+def _name_any(knobs: Knobs) -> str:
+    return "PyTorch defaults" if not knobs.changed() else describe(knobs)
 
 
 def _name(default: Knobs) -> str:
@@ -331,13 +372,18 @@ def _redecide_compile(search: Search, runs: dict[Knobs, list[TrialResult]], pick
     return pick
 
 
-def runner_up(pick: Knobs, runs: dict[Knobs, list[TrialResult]], step: dict[Knobs, float]
-              ) -> RunnerUp | None:
-    """The fastest of the other confirmed settings, against the pick, round by round."""
+def runner_up(pick: Knobs, runs: dict[Knobs, list[TrialResult]], step: dict[Knobs, float],
+              default: Knobs, headline: Comparison | None) -> RunnerUp | None:
+    """The fastest of the other confirmed settings, against the pick: the defaults by the
+    headline's own figures (their speed is 1 / the speed-up, and the confidence comes from
+    the same interval: a runner-up line that implied 1.14x once sat beside a headline of
+    1.66x), any other round by round."""
     others = [k for k in runs if k != pick and math.isfinite(step[k])]
     if not others:
         return None
     second = min(others, key=lambda k: step[k])
+    if second == default and headline is not None and headline.confidence is not None:
+        return RunnerUp(second, 1 / headline.speedup, headline.confidence)
     theirs, ours = paired_steps(runs[second], runs[pick])
     confidence = confidence_faster(theirs, ours)
     if confidence is None:
@@ -377,29 +423,6 @@ def _name_a_noisy_machine(search: Search) -> None:
                 f"samples/s over {len(speeds)} runs ({spread:+.0%}); differences of a few % "
                 "are uncertain here: stop other jobs on this machine during tuning, or give "
                 "--budget more time for more repeats")
-
-
-def _step_times(results: list[TrialResult], knobs: Knobs) -> list[float]:
-    return [r.step_time for r in results if r.ok and r.step_time and r.trial.knobs == knobs]
-
-
-def typical_of_all(results: list[TrialResult], knobs: Knobs) -> float:
-    """The step time the result reports for ``knobs``: the geometric mean of every run of
-    them in the search (the centre of :func:`ratio_interval`, so the speed-up lies in it)."""
-    return statistics.geometric_mean(_step_times(results, knobs))
-
-
-def ratio_interval(results: list[TrialResult], pick: Knobs, default: Knobs
-                   ) -> tuple[float, float] | None:
-    """95 % interval of the speed-up over the defaults, from every run of the two in the
-    search (the confirmation's and the stages'): spread over the whole search, a slow
-    stretch of the machine widens it; two paired rounds alone would give t with one
-    degree of freedom, an interval too wide to say anything (2.3x [0.6, 7.7])."""
-    if pick == default:
-        return 1.0, 1.0
-    interval = log_ratio_interval_pooled(_step_times(results, default),
-                                         _step_times(results, pick))
-    return None if interval is None else (math.exp(interval[0]), math.exp(interval[1]))
 
 
 # (earlier stage, later stage): a choice of the earlier one measured without the later change
