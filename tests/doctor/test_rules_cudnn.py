@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from doctor_helpers import categories, codes, cuda_torch, machine, only, run
 
+from tuneup.machine.snapshot import LibraryVersion
 from tuneup.machine.versions import distinct_versions
 
 SYSTEM_CUDNN = [
@@ -111,11 +112,6 @@ def test_a_system_cudnn_of_the_same_major_beside_the_pip_one_is_two_builds() -> 
     cases = [  # (torch, system cuDNN entries, pip packages)
         (cuda_torch("2.6.0+cu126"), ["/usr/lib/x86_64-linux-gnu/libcudnn.so.9.8.0"], None),
         (cuda_torch("2.12.1+cu130"), ["9.23.2"], {"nvidia-cudnn-cu13": "9.20.0.48"}),
-        (
-            {"version": "2.13.0.dev20260521+cu130", "build": "cuda", "cuda": "13.0"},
-            ["/lib/x86_64-linux-gnu/libcudnn_engines_tensor_ir.so.9"],
-            None,
-        ),
     ]
     for torch, system, pip in cases:
         found = [f for f in _with_system_cudnn(torch, system, pip).findings if f.code == "TU304"]
@@ -133,3 +129,42 @@ def test_no_two_builds_finding_for_another_major_the_same_version_or_conda() -> 
     snapshot.cudnn_libraries = ["/usr/lib/x86_64-linux-gnu/libcudnn.so.9.8.0"]
     snapshot.conda_packages = {"pytorch": "2.6.0", "cudnn": "9.8.0"}
     assert "TU304" not in codes(run(snapshot))  # conda's torch links the conda cuDNN
+
+
+SONAME = "/lib/x86_64-linux-gnu/libcudnn.so.9"
+H200_TORCH = {**cuda_torch("2.11.0+cu130"), "cudnn_compiled": "9.19.0",
+              "cudnn_runtime": "9.19.0"}
+
+
+def _live(read: str | None, torch: dict = H200_TORCH) -> object:
+    """A live probe's snapshot: the system cuDNN listed by soname, its version as read."""
+    snapshot = machine(torch, "580.159.04", ["NVIDIA H200"])
+    snapshot.cudnn_libraries = [SONAME]
+    snapshot.cudnn_versions = distinct_versions([SONAME])
+    snapshot.cudnn_library_versions = (
+        [LibraryVersion(SONAME, read, "cudnnGetVersion")] if read else [])
+    return run(snapshot)
+
+
+def test_a_system_cudnn_of_the_version_torch_loads_is_no_warning() -> None:
+    diagnosis = _live("9.19.0")  # the H200 image: same soname, same version
+    assert "TU304" not in codes(diagnosis)
+    assert ("cudnn", f"the system cuDNN 9.19.0 ({SONAME}) is the version torch loads") \
+        in diagnosis.passed
+
+
+def test_a_system_cudnn_read_at_another_version_is_two_builds() -> None:
+    found = only(_live("9.8.0"), "TU304")
+    assert found.severity == "warning"
+    assert "torch loads cuDNN 9.19.0 (torch.backends.cudnn.version())" in found.message
+    assert f"the system has cuDNN 9.8.0 ({SONAME})" in found.message
+
+
+def test_a_system_cudnn_of_unknown_version_is_only_a_note() -> None:
+    nightly = {"version": "2.13.0.dev20260521+cu130", "build": "cuda", "cuda": "13.0"}
+    for diagnosis in (_live(None), _with_system_cudnn(
+            nightly, ["/lib/x86_64-linux-gnu/libcudnn_engines_tensor_ir.so.9"])):
+        found = only(diagnosis, "TU304")
+        assert found.severity == "info"
+        assert "its full version could not be read" in found.message
+        assert "cudnnGetVersion" in found.fix

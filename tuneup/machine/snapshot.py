@@ -20,6 +20,8 @@ Notes for rule writers:
 - ``cudnn_libraries`` / ``nccl_libraries`` are the entries as found or reported (paths, or a
   bare version when a hand-written report gives only that); ``cudnn_versions`` /
   ``nccl_versions`` are the distinct versions read from them ("8.9.2", or "8" from a soname).
+  ``cudnn_library_versions`` holds the full version a found library states (its
+  ``cudnnGetVersion``, its real file name, or its header), where the name is only a soname.
 """
 
 from __future__ import annotations
@@ -111,6 +113,15 @@ class Platform:
 
 
 @dataclass
+class LibraryVersion:
+    """The version one shared library states, and where it was read."""
+
+    path: str | None = None
+    version: str | None = None  # "9.1.0"
+    read_from: str | None = None  # "cudnnGetVersion", "file name", "cudnn_version.h"
+
+
+@dataclass
 class Snapshot:
     """Everything known about one environment. See module docstring for ``None``."""
 
@@ -122,6 +133,7 @@ class Snapshot:
     cuda_toolkit: str | None = None  # nvcc on PATH ("CUDA runtime version" in collect_env)
     cudnn_libraries: list[str] | None = None  # cuDNN shared libraries found on the system
     cudnn_versions: list[str] | None = None  # distinct versions of those libraries ("8.9.2")
+    cudnn_library_versions: list[LibraryVersion] | None = None  # as each library states it
     nccl_libraries: list[str] | None = None  # libnccl shared libraries found on the library path
     nccl_versions: list[str] | None = None  # distinct versions of those libraries ("2.21.5")
     env: dict[str, str] | None = None  # CUDA_VISIBLE_DEVICES, NCCL_*, LD_LIBRARY_PATH, NVIDIA_*

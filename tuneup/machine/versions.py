@@ -104,6 +104,16 @@ def cuda_from_int(value: int) -> str | None:
     return f"{value // 1000}.{(value % 1000) // 10}"
 
 
+def cudnn_from_int(value: int) -> str | None:
+    """``cudnnGetVersion()`` -> text: cuDNN 9 ``91900`` -> ``"9.19.0"`` (major * 10000),
+    cuDNN 8 and older ``8902`` -> ``"8.9.2"`` (major * 1000)."""
+    if value < 1000:
+        return None
+    major, rest = (value // 10000, value % 10000) if value >= 10000 else (value // 1000,
+                                                                           value % 1000)
+    return f"{major}.{rest // 100}.{rest % 100}"
+
+
 def build_from_version(version: str) -> tuple[str | None, str | None]:
     """Build kind and its CUDA/ROCm version implied by a torch version's local label.
 

@@ -6,7 +6,7 @@ import os
 import re
 
 from tuneup.doctor import knowledge as kb
-from tuneup.doctor.findings import ERROR, WARNING
+from tuneup.doctor.findings import ERROR, INFO, WARNING
 from tuneup.doctor.rules.context import Context
 from tuneup.machine import versions
 
@@ -18,6 +18,12 @@ INCOMPATIBILITY = re.compile(
 BARE_VERSION = re.compile(r"\d+(?:\.\d+){1,3}")
 PIP_CUDNN_FROM = (2, 1)  # Linux CUDA wheels of torch >= 2.1 load cuDNN from an nvidia-cudnn wheel
 SM75_CUDNN = (9, 11)  # cuDNN 9.11.0 dropped GPUs below compute capability 7.5
+TORCH_RUNTIME = "torch.backends.cudnn.version()"
+ONE_CUDNN = ("keep one cuDNN: remove the system cuDNN from the loader path (LD_LIBRARY_PATH, "
+             "or /etc/ld.so.conf.d + sudo ldconfig), or pin the pip wheel to the system's "
+             "version")
+WHICH_LOADS = ("LD_DEBUG=libs python -c 'import torch; torch.backends.cudnn.version()' 2>&1 "
+               "| grep libcudnn")
 
 
 def check(ctx: Context) -> None:
@@ -34,7 +40,8 @@ def check(ctx: Context) -> None:
         return
     (want, want_from), (got, got_from) = compiled, runtime
     if _compatible(want, got):
-        if not _two_builds(ctx, want, want_from):
+        loaded = (got, got_from) if got_from == TORCH_RUNTIME else None
+        if not _two_builds(ctx, want, want_from, loaded):
             ctx.ok(AREA, f"runtime cuDNN {got} matches compiled cuDNN {want}")
         return
     message = (
@@ -79,7 +86,7 @@ def _runtime(ctx: Context) -> tuple[str, str] | None:
     if match:
         return ".".join(match.groups()[3:]), "torch's error message"
     if ctx.snap.torch.cudnn_runtime:
-        return ctx.snap.torch.cudnn_runtime, "torch.backends.cudnn.version()"
+        return ctx.snap.torch.cudnn_runtime, TORCH_RUNTIME
     for entry in ctx.snap.cudnn_libraries or []:
         if BARE_VERSION.fullmatch(entry.strip()):
             return entry.strip(), "the report's cuDNN version"
@@ -156,34 +163,70 @@ def _old_gpus(
             )
 
 
-def _two_builds(ctx: Context, wheel: str, wheel_from: str) -> bool:
-    """A system cuDNN of the same major beside the pip cuDNN torch loads: two builds, one process.
+def _two_builds(ctx: Context, wheel: str, wheel_from: str,
+                loaded: tuple[str, str] | None = None) -> bool:
+    """A system cuDNN of the same major at another version beside the pip cuDNN torch loads:
+    two builds, one process. Returns whether it warned.
 
     torch reaches its wheel's cuDNN through RUNPATH, but cuDNN 9 dlopens its engine
     sub-libraries by bare soname, so one missing from the wheel (or a preloaded one) comes from
-    the system copy: two cuDNN versions in one process, which fails in odd places. A warning,
-    since it only bites when a sub-library resolves to the other copy.
+    the system copy: two cuDNN versions in one process, which fails in odd places. A warning
+    only when the system copy's version is known to differ (from its name, its own
+    ``cudnnGetVersion``, its real file or header: :mod:`tuneup.machine.probe.cudnn`); the
+    same version is a passed check, an unread one a note.
     """
     if not _loads_pip_cudnn(ctx, wheel_from):
         return False
-    system = [entry for entry in ctx.snap.cudnn_libraries or [] if entry.strip()]
-    system_versions = versions.distinct_versions(system) or []
-    same_major = [v for v in system_versions if _major(v) == _major(wheel)]
-    if not same_major or all(_same_build(v, wheel) for v in same_major):
-        return False
-    listed = ", ".join(system[:2]) + (" ..." if len(system) > 2 else "")
-    ctx.add(
-        "TU304",
-        WARNING,
-        f"two cuDNN {_major(wheel)} builds: torch loads cuDNN {wheel} ({wheel_from}), and the system "
-        f"has cuDNN {', '.join(same_major)} ({listed}); a sub-library found by soname can come "
-        "from the other one, mixing two cuDNN versions in one process.",
-        "keep one cuDNN: remove the system cuDNN from the loader path (LD_LIBRARY_PATH, or "
-        "/etc/ld.so.conf.d + sudo ldconfig), or pin the pip wheel to the system's version; "
-        "check with LD_DEBUG=libs python -c 'import torch; torch.backends.cudnn.version()' "
-        "2>&1 | grep libcudnn",
-    )
-    return True
+    ours, ours_from = loaded or (wheel, wheel_from)
+    stated = [(entry, _stated_version(ctx, entry)) for entry in ctx.snap.cudnn_libraries or []
+              if entry.strip()]
+    same_major = [(entry, v) for entry, v in stated if v and _major(v) == _major(ours)]
+    differing = [(entry, v) for entry, v in same_major
+                 if _full(v) and not _same_build(v, ours)]
+    unread = [entry for entry, v in same_major if not _full(v)]
+    if differing:
+        ctx.add(
+            "TU304",
+            WARNING,
+            f"two cuDNN {_major(ours)} builds: torch loads cuDNN {ours} ({ours_from}), and the "
+            f"system has cuDNN {', '.join(dict.fromkeys(v for _, v in differing))} "
+            f"({_listed([entry for entry, _ in differing])}); a sub-library found by soname "
+            "can come from the other one, mixing two cuDNN versions in one process.",
+            f"{ONE_CUDNN}; check with {WHICH_LOADS}",
+        )
+        return True
+    if unread:
+        ctx.add(
+            "TU304",
+            INFO,
+            f"a system cuDNN {_major(ours)} ({_listed(unread)}) is on the loader path beside "
+            f"the cuDNN {ours} torch loads ({ours_from}); its full version could not be read, "
+            "so whether two cuDNN versions can meet in one process is unknown.",
+            f"read it: python -c \"import ctypes; print(ctypes.CDLL('{unread[0]}')"
+            f".cudnnGetVersion())\"; if it is not {ours}: {ONE_CUDNN}",
+        )
+    elif same_major:
+        ctx.ok(AREA, f"the system cuDNN {same_major[0][1]} ({_listed([e for e, _ in same_major])})"
+                     f" is the version torch loads")
+    return False
+
+
+def _stated_version(ctx: Context, entry: str) -> str | None:
+    """The version a system cuDNN entry states: as the library itself said (probe), else
+    its name's."""
+    for read in ctx.snap.cudnn_library_versions or []:
+        if read.path == entry and read.version:
+            return read.version
+    return versions.library_version(entry)
+
+
+def _full(version: str) -> bool:
+    """At least major.minor: a soname's major alone does not tell two builds apart."""
+    return len(versions.release(version) or ()) >= 2
+
+
+def _listed(entries: list[str]) -> str:
+    return ", ".join(entries[:2]) + (" ..." if len(entries) > 2 else "")
 
 
 def _loads_pip_cudnn(ctx: Context, compiled_from: str) -> bool:

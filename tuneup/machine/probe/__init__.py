@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from tuneup.machine.probe.cpu import probe_cpu as _probe_cpu
+from tuneup.machine.probe.cudnn import library_versions
 from tuneup.machine.probe.host import (
     installed_packages,
     nvcc_version,
@@ -83,6 +84,9 @@ def snapshot() -> Snapshot:
     if libraries:
         snap.cudnn_libraries = libraries["libcudnn"]
         snap.cudnn_versions = versions.distinct_versions(snap.cudnn_libraries)
+        snap.cudnn_library_versions = _guard(
+            notes, "cuDNN library versions",
+            lambda: library_versions(snap.cudnn_libraries, notes), None)
         snap.nccl_libraries = libraries["libnccl"]
         snap.nccl_versions = versions.distinct_versions(snap.nccl_libraries)
     return snap
