@@ -12,6 +12,7 @@ import os
 import re
 import signal
 import stat
+import statistics
 import tempfile
 import time
 from collections.abc import Iterator
@@ -313,9 +314,23 @@ def settings_for(outcome: Outcome, script: Path, nproc_per_node: int = 1) -> Set
             device=outcome.facts.device,
             confirmed=outcome.confirmed,
             local_ranks=nproc_per_node if nproc_per_node > 1 else None,
+            **data_wait_at_tuning(outcome),
         ),
         fingerprint=fingerprint.current(),
         script=str(script.resolve()),
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         tuneup_version=__version__,
     )
+
+
+def data_wait_at_tuning(outcome: Outcome) -> dict[str, float | None]:
+    """The pick's data-wait share over its trials, and their spread: a tuned run that waits
+    no longer than this is not told its settings stopped fitting (the demo waited 20 %, as
+    tuned, and was told to re-tune)."""
+    shares = [r.data_wait_share for r in outcome.results
+              if r.ok and r.trial.knobs == outcome.knobs and r.data_wait_share is not None]
+    if not shares:
+        return {"data_wait_share": None, "data_wait_noise": None}
+    noise = statistics.stdev(shares) if len(shares) > 1 else None
+    return {"data_wait_share": round(statistics.fmean(shares), 4),
+            "data_wait_noise": round(noise, 4) if noise is not None else None}

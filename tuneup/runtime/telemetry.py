@@ -3,13 +3,55 @@
 from __future__ import annotations
 
 import atexit
+import math
 import os
 import sys
+import warnings
 from dataclasses import dataclass
+
+from tuneup.settings import Measurement
 
 ENV_VERBOSE = "TUNEUP_VERBOSE"
 STALL_HINT = 0.10  # above this share of waiting, the summary suggests `tuneup autotune`
-STALE_HINT = 0.20  # with tuned settings, a wait above this says they no longer fit
+# A file without the wait measured at tuning time (written before tuneup recorded it): above
+# this share the line says so, without claiming the settings stopped fitting.
+STALE_HINT = 0.20
+CLEAR_RISE = 0.10  # a tuned run's wait must exceed tuning's by this share at least,
+NOISE_MULTIPLE = 2.0  # and by this many times the spread tuning's trials showed,
+SLOWER = 0.9  # while its speed stays under this share of tuning's, to be "no longer fit"
+
+
+@dataclass(frozen=True)
+class AtTuning:
+    """What the tuned settings measured when autotune chose them (the settings file's
+    ``measured``), per process: the figures a run's own are compared with."""
+
+    data_wait_share: float
+    data_wait_noise: float
+    samples_per_s: float | None
+
+    @classmethod
+    def from_measurement(cls, measured: Measurement) -> AtTuning | None:
+        """None for a file without the wait measured at tuning time, or with odd values."""
+        share, noise = measured.data_wait_share, measured.data_wait_noise or 0.0
+        if not (_number(share) and 0 <= share <= 1 and _number(noise) and noise >= 0):
+            return None
+        speed = measured.tuned_samples_per_s
+        ranks = measured.local_ranks if _number(measured.local_ranks) else 1
+        per_process = speed / max(1, ranks) if _number(speed) and speed > 0 else None
+        return cls(float(share), float(noise), per_process)
+
+    def clearly_worse(self, stats: Stats) -> bool:
+        """The run waited clearly longer than tuning measured, and was slower for it."""
+        rise = max(CLEAR_RISE, NOISE_MULTIPLE * self.data_wait_noise)
+        slower = (self.samples_per_s is None or stats.samples_per_s is None
+                  or stats.samples_per_s < SLOWER * self.samples_per_s)
+        return stats.data_wait_share > self.data_wait_share + rise and slower
+
+
+def _number(value: object) -> bool:
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value))
 
 
 @dataclass(frozen=True)
@@ -24,23 +66,29 @@ class Stats:
     samples_per_s: float | None
     data_wait_share: float | None  # the input-stall share, 0..1
 
-    def summary(self, tuned: bool = False) -> str:
+    def summary(self, tuned: bool = False, at_tuning: AtTuning | None = None) -> str:
         """One line for the end of the run. It suggests tuning only when no tuned knob was
         applied (a run that already uses them is not told to do what was just done; a file
-        that kept PyTorch's defaults tuned nothing), or when the tuned run still waits for data
-        long enough that the settings no longer fit."""
+        that kept PyTorch's defaults tuned nothing). A tuned run is told its settings no
+        longer fit only when it waited for data clearly longer than they did at tuning time
+        (``at_tuning``) and ran slower; without those figures, a long wait is only named."""
         if not self.elapsed_s:
             return "tuneup: no batches were loaded"
         text = (f"tuneup: {self.steps} steps, {self.samples_per_s:.0f} samples/s, "
                 f"waited for data {self.data_wait_share:.0%} of the time")
-        if not tuned and self.data_wait_share >= STALL_HINT:
-            text += " — run `tuneup autotune`"
-        elif tuned and self.data_wait_share >= STALE_HINT:
-            text += (" with the tuned settings: they no longer fit this data or machine — "
-                     "re-run `tuneup autotune`")
-        elif tuned:
-            text += " (tuned settings applied)"
-        return text
+        if not tuned:
+            return text + (" — run `tuneup autotune`" if self.data_wait_share >= STALL_HINT else "")
+        if at_tuning is None:
+            if self.data_wait_share >= STALE_HINT:
+                return text + (" with the tuned settings (their file does not say how long "
+                               "they waited when tuned; if the data or machine changed since, "
+                               "re-run `tuneup autotune`)")
+            return text + " (tuned settings applied)"
+        then = f"{at_tuning.data_wait_share:.0%} when tuned"
+        if at_tuning.clearly_worse(self):
+            return text + (f" with the tuned settings ({then}): they no longer fit this data "
+                           "or machine — re-run `tuneup autotune`")
+        return text + f" (tuned settings applied; {then})"
 
 
 class Telemetry:
@@ -73,4 +121,17 @@ class Telemetry:
             from tuneup.settings.schema import knob_names
 
             searched = set(settings_knobs().changed()) - set(knob_names(group=None))
-            print(self.stats().summary(tuned=bool(searched)), file=sys.stderr, flush=True)
+            at_tuning = _at_tuning() if searched else None
+            print(self.stats().summary(tuned=bool(searched), at_tuning=at_tuning),
+                  file=sys.stderr, flush=True)
+
+
+def _at_tuning() -> AtTuning | None:
+    """The settings file's figures from tuning time (read again at exit, silently: loading
+    it for the knobs already said whatever was wrong with it)."""
+    from tuneup.settings import store
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        settings = store.load()
+    return AtTuning.from_measurement(settings.measured) if settings is not None else None

@@ -172,6 +172,10 @@ class Measurement:
     device: str | None = None  # "cpu", "cuda"
     confirmed: bool | None = None  # from interleaved re-runs (False: single trials only)
     local_ranks: int | None = None  # torchrun's ranks per node it was tuned with (None: one)
+    # the chosen knobs' share of step time spent waiting for data, over their trials, and its
+    # spread (None: one trial): a run compares its own wait with these (runtime/telemetry.py)
+    data_wait_share: float | None = None
+    data_wait_noise: float | None = None
 
     @property
     def speedup(self) -> float | None:
