@@ -8,20 +8,26 @@ launcher) belong to its process tree, not to jobs of their own; tuneup's own com
 daemon, ``tuneup watch``, ``tuneup autotune``) are never jobs. A Python process whose
 environment cannot be read (another user's) is skipped and said once per user.
 
-What a process is does not change once it has exec'd, so each is read once, when first
-seen; a young fork that has not exec'd (its parent's command line, its parent's
-environment) and one caught inside ``exec`` are read again next tick, and the GPU list
-every tick. A job's script is another user's file: it is read through :func:`~tuneup.watch.safe_files.read_regular` (no link followed, a named pipe
+What a process is does not change until it runs ``exec`` again, so each is read once per
+identity: its start time and name, and for a Python process its command line, checked every
+tick with a read of ``/proc`` (a few microseconds each). A wrapper that ``exec``s the job
+(``docker-entrypoint``, an sbatch script, ``source venv; exec python ...``) and a pid reused
+by a new process are read anew; a job turned zombie is read once more, as no job, and stays
+that until it is reaped. A young fork that has not exec'd (its parent's command line, its
+parent's environment) and one caught inside ``exec`` are read again next tick, and the GPU
+list every tick. A job's script is another user's file: it is read through :func:`~tuneup.watch.safe_files.read_regular` (no link followed, a named pipe
 never waited on, a bounded read), so no job can stall the daemon.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import psutil
 
@@ -37,6 +43,8 @@ IMPORTS_TUNEUP = re.compile(  # ``from tuneup...``, ``import tuneup``, ``import 
 MAX_SCRIPT_BYTES = 1 << 20  # a training script's imports are near its top
 FORK_GRACE_S = 10.0  # a fork still without exec after this is read as it is
 MAX_COMMAND_CHARS = 4096  # of a job's command line as stored, logged and shown
+MAX_IDENTITY_BYTES = 8192  # of a command line compared tick to tick: an exec changes its start
+HAS_PROC = os.path.isdir("/proc")  # Linux; elsewhere psutil reads the identity
 TOOL_MODULES = ("tuneup.cli", "tuneup.watch.daemon")
 
 
@@ -82,6 +90,48 @@ def bounded(cmdline: list[str]) -> tuple[str, ...]:
         kept.append(word)
         left -= len(word) + 1
     return tuple(kept)
+
+
+class Identity(NamedTuple):
+    """What changes when a pid names another process (its start) or it has run ``exec`` (its
+    name; its command line's start, as a Python that ``exec``s Python keeps its name)."""
+
+    start: object
+    name: object
+    command: object  # None unless asked for
+
+
+def identity(pid: int, with_command: bool) -> Identity | None:
+    """``pid``'s :class:`Identity` (``None`` once it is gone), read from ``/proc`` where
+    there is one: every tick for every process, so without psutil's cost."""
+    if not HAS_PROC:
+        try:
+            process = psutil.Process(pid)
+            return Identity(process.create_time(), process.name(),
+                            tuple(process.cmdline()) if with_command else None)
+        except psutil.Error:
+            return None
+    stat = _proc(pid, "stat", 4096)
+    if not stat:
+        return None
+    name, _, fields = stat[stat.find(b"(") + 1:].rpartition(b")")
+    start = fields.split()[19:20]  # the 22nd field; the name may hold spaces and parentheses
+    command = _proc(pid, "cmdline", MAX_IDENTITY_BYTES) if with_command else None
+    return Identity(start, name, command)
+
+
+def _proc(pid: int, name: str, limit: int) -> bytes | None:
+    """The start of the kernel's ``/proc/PID/NAME`` (no one plants links there), or ``None``."""
+    try:
+        fd = os.open(f"/proc/{pid}/{name}", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        return os.read(fd, limit)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def is_python(name: str, cmdline: list[str]) -> bool:
@@ -130,16 +180,20 @@ def gpu_pids(gpus: GpuReader | None) -> set[int]:
 
 
 class Finder:
-    """Finds the jobs among the machine's processes; ``list_pids`` and ``open_process`` are
-    psutil's unless a test hands in others (a process of another user, say)."""
+    """Finds the jobs among the machine's processes; ``list_pids``, ``open_process`` and
+    ``identify`` are psutil's and :func:`identity` unless a test hands in others (a process
+    of another user, a pid reused)."""
 
     def __init__(self, list_pids: Callable[[], Iterable[int]] = psutil.pids,
                  open_process: Callable[[int], psutil.Process] = psutil.Process,
-                 own_pid: int | None = None) -> None:
+                 own_pid: int | None = None,
+                 identify: Callable[[int, bool], Identity | None] = identity) -> None:
         self.list_pids = list_pids
         self.open_process = open_process
+        self.identify = identify
         self.own_pid = own_pid if own_pid is not None else psutil.Process().pid
-        self._seen: dict[int, _Seen | None] = {}  # pid -> what it is (None: not a job, ever)
+        # pid -> (its identity when read, what it is: None is no job while that identity holds)
+        self._seen: dict[int, tuple[Identity, _Seen | None]] = {}
         self._parents: dict[int, int] = {}
         self._denied_users: set[str] = set()
         self.notes: list[str] = []  # said once each; the daemon takes them
@@ -149,17 +203,30 @@ class Finder:
         pids = set(self.list_pids())
         self._seen = {pid: seen for pid, seen in self._seen.items() if pid in pids}
         self._parents = {pid: parent for pid, parent in self._parents.items() if pid in pids}
-        for pid in pids - self._seen.keys():
-            try:
-                self._seen[pid] = self._read(pid, holds_gpu=pid in on_gpu)
-            except _NotYet:
+        for pid in pids:
+            if pid in self._seen and self._unchanged(pid, *self._seen[pid]):
                 continue
-        jobs = {pid: seen for pid, seen in self._seen.items()
+            before = self.identify(pid, True)
+            try:
+                seen = self._read(pid, holds_gpu=pid in on_gpu)
+            except _NotYet:
+                seen = before = None
+            if before is None:  # gone, or to be read again next tick
+                self._seen.pop(pid, None)
+            else:
+                self._seen[pid] = (before, seen)
+        jobs = {pid: seen for pid, (_, seen) in self._seen.items()
                 if seen is not None and (seen.marked or pid in on_gpu)}
         return [Found(pid=pid, command=seen.command, user=seen.user,
                       found_by=seen.marked or GPU, feed_directory=seen.feed_directory)
                 for pid, seen in sorted(jobs.items())
                 if not any(parent in jobs for parent in self._ancestors(pid))]
+
+    def _unchanged(self, pid: int, known: Identity, seen: _Seen | None) -> bool:
+        """``pid`` is still the process read, and has not run ``exec`` since."""
+        now = self.identify(pid, seen is not None)
+        return now is not None and now[:2] == known[:2] and (
+            seen is None or now.command == known.command)
 
     def _read(self, pid: int, holds_gpu: bool = False) -> _Seen | None:
         """What the process is, or ``None`` when it is no job (not Python, a tuneup tool,
