@@ -12,8 +12,11 @@ import pytest
 from click.testing import CliRunner
 
 from tuneup.cli import main
-from tuneup.doctor import distributed
+from tuneup.doctor import distributed, messages
 from tuneup.doctor.distributed import Measurement, Timing, algbw, busbw, message_bytes
+from tuneup.doctor.rules.context import Diagnosis
+from tuneup.machine import probe
+from tuneup.machine.snapshot import CPU, Snapshot, TorchBuild
 
 SMALL = (1024, 8192)
 
@@ -28,8 +31,22 @@ def quiet_sockets(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name, raising=False)
 
 
-def test_two_gloo_ranks_time_both_collectives_into_the_json_report(monkeypatch,
-                                                                    quiet_sockets) -> None:
+@pytest.fixture
+def no_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This machine as the probe reads it, but with no GPU for torch: the gloo path, on any
+    machine."""
+    live = probe.snapshot
+
+    def without_gpus() -> Snapshot:
+        snapshot = live()
+        snapshot.torch.cuda_available, snapshot.torch.device_count = False, 0
+        return snapshot
+
+    monkeypatch.setattr(probe, "snapshot", without_gpus)
+
+
+def test_two_gloo_ranks_time_both_collectives_into_the_json_report(monkeypatch, quiet_sockets,
+                                                                    no_gpu) -> None:
     monkeypatch.setattr(distributed, "SIZES", SMALL)
     result = invoke("--distributed", "--nproc", "2", "--format", "json")
     document = json.loads(result.output)
@@ -45,11 +62,13 @@ def test_two_gloo_ranks_time_both_collectives_into_the_json_report(monkeypatch,
         assert t.busbw_gbps == pytest.approx(t.algbw_gbps * (1 if t.operation == "all_reduce"
                                                              else 0.5))
     assert any("2 local gloo ranks joined" in text for text in document["passed"])
+    assert measured["note"] == ("no GPU visible to torch: gloo ranks on the CPU (NCCL needs an "
+                                "NVIDIA GPU)")
     assert not [f for f in document["findings"] if f["code"] in ("TU420", "TU421", "TU422")]
 
 
 def test_a_bad_gloo_socket_ifname_is_a_finding_not_a_hang(quiet_sockets, monkeypatch,
-                                                          tmp_path) -> None:
+                                                          tmp_path, no_gpu) -> None:
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the ranks' files go
     started = time.monotonic()
     result = invoke("--distributed", "--timeout", "30", env={"GLOO_SOCKET_IFNAME": "nosuch0"})
@@ -160,7 +179,7 @@ def test_a_rank_that_dies_after_reporting_does_not_fail_the_measurement(keys, fa
     assert result.failure is None if failure is None else failure in result.failure
 
 
-def test_more_cpu_ranks_than_the_host_holds_are_refused_before_any_starts() -> None:
+def test_more_cpu_ranks_than_the_host_holds_are_refused_before_any_starts(no_gpu) -> None:
     """64 gloo ranks on 2 cores took 8.6 GB, then timed out and blamed the network."""
     import psutil
 
@@ -174,3 +193,89 @@ def test_more_cpu_ranks_than_the_host_holds_are_refused_before_any_starts() -> N
     with pytest.raises(distributed.UsageError, match="2 usable cores hold at most 8"):
         distributed.plan(9, cores=2)
     assert distributed.plan(8, cores=2) == ("gloo", 8)
+
+
+@pytest.mark.parametrize(("nproc", "gpus", "nccl", "planned", "says"), [
+    (None, 0, False, ("gloo", 2), "no GPU visible to torch: gloo ranks on the CPU"),
+    (None, 0, True, ("gloo", 2), "no GPU visible to torch"),
+    (None, 2, False, ("gloo", 2), "2 GPU(s), but this torch build has no NCCL"),
+    (None, 1, True, ("nccl", 1), "bus bandwidth needs two GPUs"),
+    (None, 8, True, ("nccl", 8), None),
+    (2, 8, True, ("nccl", 2), None),
+])
+def test_nccl_wherever_torch_sees_a_gpu_gloo_only_without(nproc, gpus, nccl, planned, says):
+    assert distributed.plan(nproc, 16, gpus, nccl) == planned
+    note = distributed.plan_note(*planned, gpus, "2.28.9" if nccl else None)
+    assert note is None if says is None else says in note
+
+
+def test_more_ranks_than_gpus_is_a_usage_error() -> None:
+    with pytest.raises(distributed.UsageError, match="--nproc 2 needs 2 GPUs for NCCL"):
+        distributed.plan(2, 16, gpus=1, nccl=True)
+
+
+def _gpus(count: int) -> Snapshot:
+    return Snapshot(torch=TorchBuild(cuda_available=True, device_count=count, nccl="2.28.9"),
+                    cpu=CPU(usable_cores=16, shm_total_bytes=2**31))
+
+
+def _measured(ranks: int) -> Measurement:
+    timings = [Timing(op, 2**20, 1e-4, 10.5, busbw(op, 10.5, ranks))
+               for op in ("all_reduce", "all_gather")]
+    return Measurement("nccl", ranks, 60.0, timings, joined_s=2.0)
+
+
+@pytest.mark.parametrize("gpus", [1, 2])
+def test_the_report_on_one_gpu_and_on_two(monkeypatch, quiet_sockets, gpus) -> None:
+    started: list[tuple[int, str]] = []
+
+    def measure(ranks: int, backend: str, timeout: float, sizes) -> Measurement:
+        started.append((ranks, backend))
+        return _measured(ranks)
+
+    monkeypatch.setattr(distributed, "measure", measure)
+    diagnosis = Diagnosis()
+    result = distributed.check(_gpus(gpus), diagnosis, None, 60.0)
+    assert started == [(gpus, "nccl")]  # one rank per GPU
+    (passed,) = [text for area, text in diagnosis.passed if "joined" in text]
+    out = io.StringIO()
+    distributed.write_table(result, out)
+    if gpus == 1:
+        assert passed == ("1 local nccl rank joined in 2.0 s and ran all_reduce and all_gather: "
+                          "NCCL loads and runs on this GPU; bus bandwidth needs two GPUs")
+        assert "one-rank NCCL 2.28.9 communicator" in result.note
+        assert "bus bandwidth needs two GPUs" in out.getvalue()
+    else:
+        assert passed.startswith("2 local nccl ranks joined in 2.0 s; all_reduce bus bandwidth "
+                                 "up to 10.50 GB/s")
+        assert result.note is None
+
+
+def test_nccl_errors_become_findings_with_the_registry_fix() -> None:
+    failed = Measurement("nccl", 2, 60.0, phase="collectives",
+                         failure="2 local nccl ranks joined, but rank 0 failed: DistBackendError")
+    failed.evidence = [
+        "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:3356, "
+        "unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.28.9",
+        "host:123:456 [0] NCCL WARN Error while creating shared memory segment "
+        "/dev/shm/nccl-3pDs0r (size 9637888)",
+    ]
+    found = distributed.failure_finding(failed)
+    shm = messages.BY_NAME["nccl-shm-segment"]  # NCCL's own line before torch's summary
+    assert (found.code, found.severity, found.fix) == ("TU421", "error", shm.fix)
+    assert "the rank said 'host:123:456 [0] NCCL WARN Error while creating shared memory" \
+        in found.message and shm.means in found.message
+    failed.evidence = ["RuntimeError: something no registry row knows"]
+    assert distributed.failure_finding(failed).fix == distributed._FIXES["TU421"]
+
+
+def test_nccl_warnings_are_read_from_the_ranks_debug_files(tmp_path) -> None:
+    (tmp_path / "rank0.log").write_text(
+        "h:1:1 [0] NCCL INFO Bootstrap : Using eth0\n"
+        "h:1:1 [0] NCCL WARN Call to ibv_open_device failed\n"
+        "h:1:1 [0] NCCL WARN Call to ibv_open_device failed\n")
+    (tmp_path / "rank1.log").write_text("h:2:2 [1] NCCL WARN \x1b]0;title\x07Cuda failure\n")
+    assert distributed.nccl_warnings(tmp_path) == [
+        "h:1:1 [0] NCCL WARN Call to ibv_open_device failed",
+        "h:2:2 [1] NCCL WARN Cuda failure",  # what could act on a terminal is gone
+    ]

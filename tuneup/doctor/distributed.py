@@ -19,10 +19,12 @@ import logging
 import os
 import signal
 import statistics
+import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import timedelta
+from pathlib import Path
 from typing import IO, Any
 
 import psutil
@@ -30,10 +32,11 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from tuneup.doctor import messages
 from tuneup.doctor.findings import ERROR, WARNING, Finding, finding
 from tuneup.doctor.rules.context import Diagnosis
 from tuneup.errors import UsageError
-from tuneup.machine.snapshot import Snapshot
+from tuneup.machine.snapshot import Snapshot, printable
 
 AREA = "nccl"
 SIZES = tuple(1 << power for power in range(10, 27, 2))  # 1 KiB .. 64 MiB, x4 per step
@@ -48,6 +51,7 @@ RANKS_PER_CORE = 4  # gloo ranks mostly wait on each other; beyond this they tim
 # NCCL's troubleshooting guide: in containers, --shm-size=1g --ulimit memlock=-1
 # (https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/troubleshooting.html)
 NCCL_SHM_ADVISED = 1 << 30
+EVIDENCE_CHARS = 300  # of one line of a rank's error or NCCL's warnings
 FORMULA = ("algbw = size / time; busbw = algbw * 2(n-1)/n for all_reduce, algbw * (n-1)/n for "
            "all_gather (n ranks; GB/s = 1e9 bytes/s; size: all_reduce's buffer per rank, "
            "all_gather's whole output, as nccl-tests)")
@@ -75,6 +79,8 @@ class Measurement:
     joined_s: float | None = None  # from the start to every rank in the process group
     phase: str | None = None  # "rendezvous" or "collectives" when it failed
     failure: str | None = None
+    note: str | None = None  # what the plan means for the figures (plan_note)
+    evidence: list[str] = field(default_factory=list)  # a rank's error, NCCL's WARN lines
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "formula": FORMULA, "warmup": WARMUP, "iterations": ITERATIONS}
@@ -101,12 +107,13 @@ def message_bytes(operation: str, size: int, ranks: int) -> int:
     return elements * ELEMENT_BYTES
 
 
-def plan(nproc: int | None, cores: float | None = None) -> tuple[str, int]:
-    """The backend and rank count: NCCL with one rank per GPU where there are two GPUs or
-    more, else gloo on the CPU (2 ranks unless told, at most what ``cores`` and the free
-    memory hold)."""
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if gpus < 2 or not dist.is_nccl_available():
+def plan(nproc: int | None, cores: float | None = None, gpus: int = 0,
+         nccl: bool = False) -> tuple[str, int]:
+    """The backend and rank count, from the probe's facts (``gpus`` torch sees, ``nccl``: the
+    build has NCCL): NCCL with one rank per GPU wherever there is a GPU (a single GPU gets a
+    one-rank communicator), gloo on the CPU only where there is none (2 ranks unless told, at
+    most what ``cores`` and the free memory hold)."""
+    if gpus < 1 or not nccl:
         if nproc is not None:
             _refuse_more_than_the_host_holds(nproc, cores)
         return "gloo", nproc or 2
@@ -114,6 +121,22 @@ def plan(nproc: int | None, cores: float | None = None) -> tuple[str, int]:
         raise UsageError(f"--nproc {nproc} needs {nproc} GPUs for NCCL (one per rank); this "
                          f"machine has {gpus}")
     return "nccl", nproc or gpus
+
+
+def plan_note(backend: str, ranks: int, gpus: int, nccl_version: str | None) -> str | None:
+    """What the report says about the plan beside the figures: why gloo on a GPU machine, or
+    what one NCCL rank proves and does not."""
+    if backend == "nccl" and ranks == 1:
+        library = f"NCCL {nccl_version}" if nccl_version else "NCCL"
+        return (f"one GPU: a one-rank {library} communicator runs all_reduce and all_gather, "
+                "which proves NCCL loads and runs; bus bandwidth needs two GPUs (one rank "
+                "moves no data between GPUs)")
+    if backend == "gloo" and gpus > 0:
+        return (f"{gpus} GPU(s), but this torch build has no NCCL: gloo on the CPU, so NCCL "
+                "is not checked")
+    if backend == "gloo":
+        return "no GPU visible to torch: gloo ranks on the CPU (NCCL needs an NVIDIA GPU)"
+    return None
 
 
 def _refuse_more_than_the_host_holds(nproc: int, cores: float | None) -> None:
@@ -132,8 +155,13 @@ def _refuse_more_than_the_host_holds(nproc: int, cores: float | None) -> None:
 
 # -- the ranks ------------------------------------------------------------------------------
 def _rank(rank: int, port: int, ranks: int, backend: str, sizes: Sequence[int],
-          timeout: float) -> None:
-    """One rank: join through the parent's store, time every operation and size, report."""
+          timeout: float, logs: str | None = None) -> None:
+    """One rank: join through the parent's store, time every operation and size, report.
+    NCCL writes its warnings to ``logs`` (unless told another file), where the parent reads
+    them: NCCL's own words on what failed."""
+    if logs is not None and "NCCL_DEBUG_FILE" not in os.environ:
+        os.environ.setdefault("NCCL_DEBUG", "WARN")
+        os.environ["NCCL_DEBUG_FILE"] = os.path.join(logs, f"rank{rank}.log")
     wait = timedelta(seconds=timeout)
     store = dist.TCPStore(HOST, port, ranks, False, timeout=wait)
     dist.init_process_group(backend, store=store, rank=rank, world_size=ranks, timeout=wait)
@@ -203,9 +231,11 @@ def measure(nproc: int, backend: str, timeout: float = DEFAULT_TIMEOUT,
     store = dist.TCPStore(HOST, 0, None, True, timeout=timedelta(seconds=timeout),
                           wait_for_workers=False)
     result = Measurement(backend, nproc, timeout)
+    logs = tempfile.TemporaryDirectory(prefix="tuneup-nccl-") if backend == "nccl" else None
     started, wall = time.monotonic(), time.time()
-    context = mp.start_processes(_rank, args=(store.port, nproc, backend, tuple(sizes), timeout),
-                                 nprocs=nproc, join=False, start_method="spawn")
+    context = mp.start_processes(
+        _rank, args=(store.port, nproc, backend, tuple(sizes), timeout, logs and logs.name),
+        nprocs=nproc, join=False, start_method="spawn")
     spawn_log = logging.getLogger("torch.multiprocessing.spawn")
     level = spawn_log.level
     spawn_log.setLevel(logging.ERROR)  # its "Terminating process" note: the finding says why
@@ -218,6 +248,9 @@ def measure(nproc: int, backend: str, timeout: float = DEFAULT_TIMEOUT,
                 process.kill()
             process.join()
         _remove_error_files(context)
+        if logs is not None:
+            result.evidence.extend(nccl_warnings(Path(logs.name)))
+            logs.cleanup()
     if result.failure is None:
         result.joined_s = max(float(store.get(f"joined/{rank}")) for rank in range(nproc)) - wall
         reports = [json.loads(store.get(f"result/{rank}")) for rank in range(nproc)]
@@ -244,6 +277,7 @@ def _watch(context: mp.ProcessContext, store: dist.TCPStore, result: Measurement
             if context.join(POLL):
                 return
         except mp.ProcessRaisedException as exc:
+            result.evidence.extend(_tail(exc.msg))
             _failed(result, store, f"rank {exc.error_index} failed: {_last_line(exc.msg)}")
             return
         except mp.ProcessExitedException as exc:
@@ -303,6 +337,23 @@ def _last_line(text: str, limit: int = 300) -> str:
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
     line = lines[-1] if lines else "no message"
     return line if len(line) <= limit else line[:limit - 1] + "…"
+
+
+def _tail(text: str, lines: int = 12) -> list[str]:
+    """The end of a rank's error, where torch puts NCCL's message ("Last error: ...")."""
+    kept = [printable(line.strip(), EVIDENCE_CHARS) for line in text.strip().splitlines()]
+    return [line for line in kept if line][-lines:]
+
+
+def nccl_warnings(logs: Path, most: int = 20) -> list[str]:
+    """The ``NCCL WARN`` lines the ranks wrote to their debug files in ``logs``."""
+    found: list[str] = []
+    for path in sorted(logs.glob("rank*.log")):
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            text = handle.read(1 << 20)
+        found.extend(printable(line.strip(), EVIDENCE_CHARS) for line in text.splitlines()
+                     if "NCCL WARN" in line)
+    return list(dict.fromkeys(found))[:most]
 
 
 def _exit_text(code: int) -> str:
@@ -390,7 +441,9 @@ def check(snapshot: Snapshot, diagnosis: Diagnosis, nproc: int | None,
           timeout: float) -> Measurement:
     """Run the checks and the measurement on this machine; add their findings to
     ``diagnosis`` (NCCL_*_DISABLE is the nccl rules' TU403, already in it)."""
-    backend, ranks = plan(nproc, snapshot.cpu.usable_cores)
+    torch = snapshot.torch
+    gpus = (torch.device_count or 0) if torch.cuda_available else 0
+    backend, ranks = plan(nproc, snapshot.cpu.usable_cores, gpus, torch.nccl is not None)
     found, passed = interface_findings(os.environ, set(psutil.net_if_addrs()), backend)
     if backend == "nccl" and not _switched_on(os.environ.get("NCCL_SHM_DISABLE")):
         shm = shm_finding(snapshot.cpu.shm_total_bytes, snapshot.platform.in_container)
@@ -403,9 +456,9 @@ def check(snapshot: Snapshot, diagnosis: Diagnosis, nproc: int | None,
             passed.append(f"/dev/shm {snapshot.cpu.shm_total_bytes / 2**30:.1f} GiB for NCCL's "
                           "shared-memory transport")
     result = measure(ranks, backend, timeout, SIZES)
+    result.note = plan_note(backend, ranks, gpus, torch.nccl)
     if result.failure is not None:
-        code = "TU420" if result.phase == "rendezvous" else "TU421"
-        found.append(finding(code, ERROR, result.failure + ".", _FIXES[code]))
+        found.append(failure_finding(result))
     else:
         passed.append(_summary(result))
     diagnosis.findings.extend(f for f in found if f not in diagnosis.findings)
@@ -413,11 +466,39 @@ def check(snapshot: Snapshot, diagnosis: Diagnosis, nproc: int | None,
     return result
 
 
+def failure_finding(result: Measurement) -> Finding:
+    """TU420 / TU421 for a failed measurement; where the rank's error or NCCL's warnings hold
+    a text of the doctor's message registry, its cause and its fix."""
+    code = "TU420" if result.phase == "rendezvous" else "TU421"
+    known = _known_message(result.evidence)
+    if known is None:
+        return finding(code, ERROR, result.failure + ".", _FIXES[code])
+    message, line = known
+    return finding(code, ERROR, f"{result.failure}; the rank said '{line}': {message.means}.",
+                   message.fix)
+
+
+def _known_message(evidence: list[str]) -> tuple[messages.Message, str] | None:
+    """The first registry message in ``evidence`` (NCCL's lines before torch's summary of
+    them), with the line that holds it, cut short."""
+    ordered = sorted(evidence, key=lambda line: "NCCL WARN" not in line)
+    for line in ordered:
+        for name in messages.recognised(line):
+            message = messages.BY_NAME[name]
+            if message.category != "program-error":
+                return message, line if len(line) <= 160 else line[:159] + "…"
+    return None
+
+
 def _switched_on(value: str | None) -> bool:
     return value is not None and value.strip() not in ("", "0")
 
 
 def _summary(result: Measurement) -> str:
+    if result.ranks == 1:
+        return (f"1 local {result.backend} rank joined in {result.joined_s:.1f} s and ran "
+                "all_reduce and all_gather: NCCL loads and runs on this GPU; bus bandwidth "
+                "needs two GPUs")
     best = max((t for t in result.timings if t.operation == "all_reduce"),
                key=lambda t: t.busbw_gbps)
     return (f"{result.ranks} local {result.backend} ranks joined in {result.joined_s:.1f} s; "
@@ -451,6 +532,8 @@ def write_table(result: Measurement, out: IO[str] | None = None) -> None:
     console.print()
     console.print(table)
     console.print(FORMULA)
+    if result.note:
+        console.print(result.note)
 
 
 def write_json(snapshot: Snapshot, diagnosis: Diagnosis, result: Measurement,
