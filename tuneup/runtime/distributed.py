@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 import weakref
 from collections.abc import Iterator
 from dataclasses import fields
@@ -58,13 +59,21 @@ class TunedDistributedSampler(DistributedSampler):
         return super().__iter__()
 
 
+def accelerate_runs() -> bool:
+    """Whether an ``accelerate.Accelerator`` runs this process (its state is initialised)."""
+    state = sys.modules.get("accelerate.state")
+    is_initialized = getattr(state, "is_initialized", None)
+    return bool(callable(is_initialized) and is_initialized())
+
+
 def sampler_for(dataset: Any, user_kwargs: dict[str, Any]) -> TunedDistributedSampler | None:
     """The sampler that gives this rank its share of ``dataset``, or None where the user's
     arguments already decide (their sampler or batch_sampler) or there is no process group.
 
     An IterableDataset has no indices to share out; splitting its stream is its own code's job.
+    Under accelerate, ``accelerator.prepare`` shares the batches out, as for a DataLoader.
     """
-    if (not initialised() or isinstance(dataset, IterableDataset)
+    if (not initialised() or isinstance(dataset, IterableDataset) or accelerate_runs()
             or user_kwargs.get("sampler") is not None
             or user_kwargs.get("batch_sampler") is not None):
         return None

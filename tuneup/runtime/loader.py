@@ -1,5 +1,9 @@
 """``tuned_loader``: a DataLoader with the tuned loader knobs, timed, yielding the user's batches.
 
+A ``TunedLoader`` is a ``DataLoader`` to libraries that check (``accelerator.prepare`` shards
+it as one: :mod:`tuneup.integrations.accelerate`), though it wraps one and rebuilds it when
+autotune switches knobs.
+
 It never changes which samples a batch holds or how many batches there are: ``len()`` and
 the batches are the inner DataLoader's. Micro-batching happens in the loop
 (:meth:`TunedLoop.train_step`); the loader only notes how many samples each batch should
@@ -28,6 +32,7 @@ from torch.utils.data import (BatchSampler, DataLoader, IterableDataset, RandomS
                               SubsetRandomSampler, WeightedRandomSampler, default_collate,
                               default_convert)
 
+from tuneup.after_import import after_import
 from tuneup.runtime import apply, distributed, hooks
 from tuneup.runtime.batches import batch_size_of, move_to, note_expected
 from tuneup.runtime.telemetry import Stats, Telemetry
@@ -40,11 +45,16 @@ _DATALOADER_SIGNATURE = inspect.signature(DataLoader.__init__)
 _WORKER_ONLY = ("prefetch_factor", "persistent_workers")
 # torch's samplers that, without a generator of their own, seed each pass from the global one
 _GLOBALLY_SEEDED = (RandomSampler, SubsetRandomSampler, WeightedRandomSampler)
+# the keywords that decide which samples each batch holds (a batch sampler replaces them)
+_SAMPLING = ("batch_size", "shuffle", "sampler", "batch_sampler", "drop_last")
+_accelerate_watched = False  # whether accelerate's prepare is served (or will be, once imported)
 
 
-class TunedLoader:
+class TunedLoader(DataLoader):
     """Iterable like the DataLoader it wraps (``loader.dataloader``); unknown attributes
-    (``dataset``, ``sampler``, ``batch_size``, ...) are the DataLoader's."""
+    (``dataset``, ``sampler``, ``batch_size``, ...) are the DataLoader's. A ``DataLoader``
+    subclass so that ``isinstance`` checks (accelerate's ``prepare``) take it for one;
+    ``DataLoader.__init__`` is never run: everything is the inner DataLoader's."""
 
     def __init__(self, dataset: Any, user_kwargs: dict[str, Any], *, knobs: Knobs,
                  loop: TunedLoop | None, splits_by_worker: bool | None = None) -> None:
@@ -56,6 +66,8 @@ class TunedLoader:
         self.telemetry = loop.telemetry if loop is not None else Telemetry()
         self._reasons = self._known_reasons(splits_by_worker)
         self._order_checked = False
+        self._prepare: Callable[[DataLoader], Any] | None = None  # accelerate's, once prepared
+        self._plain: DataLoader | None = None  # the DataLoader it prepared: its sampling is kept
         self.configure(knobs)
 
     @property
@@ -126,11 +138,43 @@ class TunedLoader:
     def configure(self, knobs: Knobs) -> None:
         """(Re)build the inner DataLoader for ``knobs``; the user's own keywords win."""
         self.knobs = knobs
-        self.dataloader = DataLoader(self.dataset, **self.dataloader_kwargs(knobs))
+        kwargs = self.dataloader_kwargs(knobs)
+        if self._prepare is None or self._plain is None:
+            self.dataloader = DataLoader(self.dataset, **kwargs)
+        else:
+            self.dataloader = self._prepare(self._with_plain_sampling(kwargs))
         device = self.loop.device if self.loop is not None else None
         self._device = device if device is not None and device.type != "cpu" else None
         self._counted: int | None = None  # samples the sampler put in the latest batch
         self._non_blocking = bool(self.dataloader.pin_memory)
+
+    def prepare_with(self, prepare: Callable[[DataLoader], Any]) -> None:
+        """Iterate ``prepare(inner DataLoader)`` from now on, and prepare the DataLoader each
+        :meth:`configure` builds the same way: how ``accelerator.prepare`` gives this process
+        its share of the batches, on its device (:mod:`tuneup.integrations.accelerate`)."""
+        if self.distributed_sampler is not None:  # the accelerator shares the batches out
+            self.distributed_sampler = None
+            self.dataloader = DataLoader(self.dataset, **self.dataloader_kwargs(self.knobs))
+        self._plain, self._prepare = self.dataloader, prepare
+        self.dataloader = prepare(self.dataloader)
+
+    @property
+    def prepared(self) -> bool:
+        """Whether the batches come through a preparation (:meth:`prepare_with`)."""
+        return self._prepare is not None
+
+    def _with_plain_sampling(self, kwargs: dict[str, Any]) -> DataLoader:
+        """A DataLoader with ``kwargs``' loading knobs over the first prepared one's batch
+        sampler: the same sampler object and generator (accelerate seeds it once, from
+        torch's global generator), so rebuilding moves no random stream and no sample."""
+        plain = self._plain
+        assert plain is not None
+        if isinstance(self.dataset, IterableDataset):  # no indices: accelerate shards the stream
+            return DataLoader(self.dataset, **kwargs)
+        loading = {k: v for k, v in kwargs.items() if k not in _SAMPLING}
+        if plain.batch_sampler is None:
+            return DataLoader(self.dataset, sampler=plain.sampler, batch_size=None, **loading)
+        return DataLoader(self.dataset, batch_sampler=plain.batch_sampler, **loading)
 
     def dataloader_kwargs(self, knobs: Knobs) -> dict[str, Any]:
         """The DataLoader keywords for ``knobs``: tuned values only where they may apply."""
@@ -155,7 +199,7 @@ class TunedLoader:
     @property
     def shuffles(self) -> bool:
         """Whether the batch order depends on a random generator (anything but in-order)."""
-        sampler = self.dataloader.sampler
+        sampler = (self._plain or self.dataloader).sampler
         return not isinstance(sampler, (torch.utils.data.SequentialSampler,
                                         torch.utils.data.dataloader._InfiniteConstantSampler))
 
@@ -175,7 +219,8 @@ class TunedLoader:
         telemetry = self.telemetry
         clock = time.perf_counter
         expect = self._expected_counts()
-        exact = not isinstance(self.dataset, IterableDataset)  # the sampler's counts are exact
+        # the sampler's counts are exact (a shard's last batch may be padded or short)
+        exact = not isinstance(self.dataset, IterableDataset) and not self.prepared
         moving = self._device is not None
         try:
             while True:
@@ -213,8 +258,11 @@ class TunedLoader:
         if not isinstance(batches, BatchSampler):
             return iter(())  # no automatic batching, or the user's own batch_sampler
         size = batches.batch_size
+        sampler = getattr(batches, "sampler", None)  # accelerate's shard of one has none
+        if getattr(batches, "split_batches", False):  # accelerate's: a share of each batch
+            size //= batches.num_processes
         try:
-            total: int | None = len(batches.sampler)
+            total: int | None = None if sampler is None else len(sampler)
         except (TypeError, OverflowError):  # no __len__, or one beyond a C ssize_t
             total = None
         if total is None or isinstance(self.dataset, IterableDataset):
@@ -341,6 +389,7 @@ def tuned_loader(dataset: Any, *args: Any, loop: TunedLoop | None = None,
         loader = tuned_loader(dataset, batch_size=256, shuffle=True)
         for x, y in loader: ...
     """
+    _serve_accelerate()
     bound = _DATALOADER_SIGNATURE.bind(None, dataset, *args, **kwargs)
     user_kwargs = {k: v for k, v in bound.arguments.items() if k not in ("self", "dataset")}
     hooks.install_from_environment()
@@ -353,3 +402,19 @@ def tuned_loader(dataset: Any, *args: Any, loop: TunedLoop | None = None,
     if observers is not hooks.NOBODY:
         observers.loader_created(loader)
     return loader
+
+
+def _serve_accelerate() -> None:
+    """Have ``accelerator.prepare`` prepare tuned loaders as DataLoaders, once accelerate is
+    loaded (now, if it is): :mod:`tuneup.integrations.accelerate`. A script that never
+    imports accelerate pays one name comparison per import."""
+    global _accelerate_watched
+    if not _accelerate_watched:
+        _accelerate_watched = True
+        after_import("accelerate.accelerator", _install_accelerate)
+
+
+def _install_accelerate(module: types.ModuleType) -> None:
+    from tuneup.integrations import accelerate  # only scripts that load accelerate pay for it
+
+    accelerate.install(module)

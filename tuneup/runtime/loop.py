@@ -41,8 +41,10 @@ class TunedLoop:
     """Wraps a model and its optimizer; see :func:`tuned_loop` and docs/runtime.md."""
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, *,
-                 knobs: Knobs, scheduler: Any = None, strict: bool = False) -> None:
+                 knobs: Knobs, scheduler: Any = None, strict: bool = False,
+                 accelerator: Any = None) -> None:
         self.eager_model = model
+        self.accelerator = accelerator  # accelerate's: backward, clipping and AMP go through it
         self.optimizer = optimizer
         self.scheduler = scheduler
         self.device = _device_of(model)
@@ -69,6 +71,11 @@ class TunedLoop:
         if self.scaler is not None and self.needs_closure:
             self._refuse(f"amp_dtype {knobs.amp_dtype}: a GradScaler cannot step "
                          f"{type(self.optimizer).__name__}'s closure; training in float32")
+            self.amp_dtype = self.scaler = None
+        if self.amp_dtype is not None and (owner := _accelerator_amp(self.accelerator,
+                                                                     self.scaler)):
+            self._refuse(f"amp_dtype {knobs.amp_dtype} from the settings is not applied: "
+                         f"{owner}")
             self.amp_dtype = self.scaler = None
         apply.apply_process_knobs(knobs)
         self.applied_micro_batch: int | None = None  # what the last train_step used
@@ -332,7 +339,7 @@ class TunedLoop:
             self.optimizer.zero_grad()
             total = self._accumulate(pieces, loss_fn, reduction, num_items, observers)
             if max_grad_norm is not None:
-                torch.nn.utils.clip_grad_norm_(self._clipped(clip_parameters), max_grad_norm)
+                self._clip(clip_parameters, max_grad_norm)
             return total
 
         total = self.optimizer.step(closure)
@@ -346,7 +353,11 @@ class TunedLoop:
         if observers is not hooks.NOBODY:
             observers.loss(self, loss, weight)
         scaled = loss if _is_one(weight) else loss * weight
-        (self.scaler.scale(scaled) if self.scaler is not None else scaled).backward()
+        target = self.scaler.scale(scaled) if self.scaler is not None else scaled
+        if self.accelerator is None:
+            target.backward()
+        else:  # its gradient accumulation, loss scaling, DeepSpeed
+            self.accelerator.backward(target)
         return scaled.detach() if keep else None
 
     def _optimizer_step(self, max_grad_norm: float | None, observers: hooks.Observer,
@@ -354,7 +365,7 @@ class TunedLoop:
         if max_grad_norm is not None:
             if self.scaler is not None:
                 self.scaler.unscale_(self.optimizer)
-            torch.nn.utils.clip_grad_norm_(self._clipped(clip_parameters), max_grad_norm)
+            self._clip(clip_parameters, max_grad_norm)
         if self.scaler is not None:
             self.scaler.step(self.optimizer)
             self.scaler.update()
@@ -373,6 +384,14 @@ class TunedLoop:
 
     def _parameters(self) -> list[torch.Tensor]:
         return [p for group in self.optimizer.param_groups for p in group["params"]]
+
+    def _clip(self, named: Iterable[torch.Tensor] | None, max_norm: float) -> None:
+        """Clip the gradient's norm; through the accelerator, and only on the steps where it
+        syncs gradients (as accelerate's examples do), when there is one."""
+        if self.accelerator is None:
+            torch.nn.utils.clip_grad_norm_(self._clipped(named), max_norm)
+        elif self.accelerator.sync_gradients:
+            self.accelerator.clip_grad_norm_(self._clipped(named), max_norm)
 
     def _clipped(self, named: Iterable[torch.Tensor] | None) -> list[torch.Tensor]:
         """What ``max_grad_norm`` clips, in the order the norm is summed: the parameters the
@@ -548,6 +567,20 @@ def _full_float32() -> Iterator[None]:
         torch.backends.cudnn.allow_tf32 = cudnn_tf32
 
 
+def _accelerator_amp(accelerator: Any, scaler: Any) -> str | None:
+    """Why the settings' AMP cannot apply beside ``accelerator``, or None: its own mixed
+    precision decides, or float16's GradScaler would step between its accumulated steps."""
+    if accelerator is None:
+        return None
+    mixed = getattr(accelerator, "mixed_precision", "no")
+    if mixed != "no":
+        return f"the accelerator's mixed_precision={mixed!r} decides"
+    if scaler is not None:
+        return ("a GradScaler beside the accelerator would step between its accumulated "
+                "steps; set Accelerator(mixed_precision='fp16')")
+    return None
+
+
 def _is_one(weight: Any) -> bool:
     return isinstance(weight, float) and weight == 1.0
 
@@ -570,7 +603,7 @@ def _device_of(model: torch.nn.Module) -> torch.device:
 
 
 def tuned_loop(model: torch.nn.Module, optimizer: torch.optim.Optimizer, *,
-               scheduler: Any = None, adapt: bool = False) -> TunedLoop:
+               scheduler: Any = None, adapt: bool = False, accelerator: Any = None) -> TunedLoop:
     """Wrap ``model`` and ``optimizer`` with the tuned compile mode, AMP dtype, threads and
     micro-batch size.
 
@@ -582,6 +615,10 @@ def tuned_loop(model: torch.nn.Module, optimizer: torch.optim.Optimizer, *,
         adapt: when the loop waits for data more than 20 % of an epoch, give the next epoch
             one more DataLoader worker (up to the usable cores), then a deeper prefetch; said
             once per change, never changing which samples come in which order. Off by default.
+        accelerator: an ``accelerate.Accelerator`` that prepared ``model`` and ``optimizer``:
+            backward goes through ``accelerator.backward``, clipping through its
+            ``clip_grad_norm_`` on the steps where it syncs; its mixed precision wins over the
+            settings' (docs/integrations.md).
 
     Without a settings file (or with ``TUNEUP_DISABLE=1``) this is plain PyTorch:
     ``loop.backward(loss)`` is ``loss.backward(); optimizer.step(); optimizer.zero_grad()``.
@@ -596,7 +633,7 @@ def tuned_loop(model: torch.nn.Module, optimizer: torch.optim.Optimizer, *,
     knobs = apply.settings_knobs()
     if observers is not hooks.NOBODY:
         knobs = observers.initial_knobs(knobs)
-    loop = TunedLoop(model, optimizer, knobs=knobs, scheduler=scheduler)
+    loop = TunedLoop(model, optimizer, knobs=knobs, scheduler=scheduler, accelerator=accelerator)
     if observers is not hooks.NOBODY:
         observers.loop_created(loop)
     if adapt and not store.disabled():
