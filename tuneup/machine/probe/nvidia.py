@@ -1,4 +1,5 @@
-"""The NVIDIA driver and GPUs through NVML (nvidia-ml-py) and /proc/driver/nvidia."""
+"""The NVIDIA driver and GPUs through NVML (nvidia-ml-py, every call bounded by
+:mod:`tuneup.machine.probe.nvml_call`) and /proc/driver/nvidia."""
 
 from __future__ import annotations
 
@@ -98,7 +99,8 @@ def _nvidia_device_nodes() -> bool:
 
 def probe_nvidia(notes: list[str] | None = None) -> tuple[Driver, list[GPU] | None]:
     """Driver and GPUs. GPUs are ``[]`` when there is no trace of NVIDIA hardware, ``None``
-    when NVML failed but a driver or device node exists (visible but unreadable)."""
+    when NVML failed but a driver or device node exists (visible but unreadable), or when
+    NVML did not answer within its deadline (``driver.nvml_timeout_s`` says so)."""
     notes = notes if notes is not None else []
     driver = Driver()
     try:
