@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# Create .venv and install tuneup with its test tools. The CPU wheel of torch goes in
-# first, so the project's torch range is already satisfied and pip pulls no CUDA build.
+# Create .venv and install tuneup with its test tools. torch goes in first, the wheel that fits
+# this machine, so the project's torch range is already satisfied and pip pulls no other build:
+# the CPU wheel where there is no NVIDIA GPU; where there is one, the CUDA wheel `tuneup doctor`
+# would name for its driver and GPUs (tuneup/doctor/wheel_choice.py, torch-free).
+# TUNEUP_TORCH=2.12.1 picks the release, TUNEUP_TORCH_INDEX=<url> the index.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
@@ -10,7 +13,12 @@ pip_install() {  # pip, minus the harmless notes about this machine's empty loca
     | { grep -v 'is ignored: it is neither a file nor a directory' || true; }
 }
 if ! .venv/bin/python -c "import torch" >/dev/null 2>&1; then
-  echo "tuneup setup: installing torch ${TUNEUP_TORCH:-2.13.0} (CPU wheel)"
-  pip_install "torch==${TUNEUP_TORCH:-2.13.0}"
+  pip_install 'packaging>=23'  # all the wheel choice needs besides the standard library
+  if ! wheel=$(PYTHONPATH=. .venv/bin/python -m tuneup.doctor.wheel_choice); then
+    wheel="torch==${TUNEUP_TORCH:-2.13.0} --index-url https://download.pytorch.org/whl/cpu"
+    echo "tuneup setup: the wheel choice failed (above); installing the CPU wheel: $wheel"
+  fi
+  # shellcheck disable=SC2086  # pip's arguments, one word each
+  pip_install $wheel
 fi
 pip_install -e '.[test]'

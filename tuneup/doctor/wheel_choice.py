@@ -1,0 +1,145 @@
+"""The torch wheel ``scripts/setup.sh`` installs on this machine, from the doctor's own tables.
+
+Torch-free (the standard library and ``packaging``), so it runs before torch is installed:
+``python -m tuneup.doctor.wheel_choice`` prints pip's arguments on stdout and one line on
+stderr saying why. Without an NVIDIA GPU (no ``/proc/driver/nvidia/version`` and no
+``nvidia-smi`` answering) that is the CPU wheel, so no multi-GB CUDA build is pulled. With
+one, the wheel ``tuneup doctor`` names in its fixes (``rules.recommend.find_wheel``): the
+newest CUDA variant of the wanted release whose kernels cover every GPU and whose CUDA the
+driver runs, else the newest release where one does (the GPU too new or the driver too old
+for the wanted one). ``TUNEUP_TORCH`` names the
+release (then kept: the CPU wheel when none of its variants fits), ``TUNEUP_TORCH_INDEX`` the
+index (no choice made).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from tuneup.doctor import knowledge as kb
+from tuneup.doctor.rules.context import Context
+from tuneup.doctor.rules.recommend import find_wheel
+from tuneup.machine.probe.nvidia import parse_proc_driver_version
+from tuneup.machine.snapshot import GPU, Driver, Platform, Snapshot
+
+DEFAULT_TORCH = "2.13.0"  # the release the project is tested with
+INDEX = "https://download.pytorch.org/whl/{variant}"
+CPU = "cpu"
+PROC_VERSION = Path("/proc/driver/nvidia/version")
+SMI_TIMEOUT_S = 20
+ENV_TORCH, ENV_INDEX = "TUNEUP_TORCH", "TUNEUP_TORCH_INDEX"
+
+SmiRows = list[list[str]]
+
+
+@dataclass(frozen=True)
+class NvidiaFacts:
+    """What set-up needs to know of the NVIDIA driver and GPUs (``None`` = not read)."""
+
+    driver: str | None
+    gpus: tuple[tuple[str | None, str | None], ...]  # (name, compute capability "9.0")
+
+
+@dataclass(frozen=True)
+class WheelChoice:
+    """One torch wheel: its version, its download.pytorch.org variant, and why."""
+
+    version: str
+    variant: str
+    reason: str
+    index_url: str | None = None  # set: the user's own index
+
+    def pip_args(self) -> list[str]:
+        return [f"torch=={self.version}", "--index-url",
+                self.index_url or INDEX.format(variant=self.variant)]
+
+
+def nvidia_smi(fields: str) -> SmiRows | None:
+    """``nvidia-smi --query-gpu=fields`` as rows of cells; None when it is absent or fails."""
+    try:
+        done = subprocess.run(["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=SMI_TIMEOUT_S, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if done.returncode != 0:
+        return None
+    return [[cell.strip() for cell in line.split(",")] for line in done.stdout.splitlines()
+            if line.strip()]
+
+
+def read_nvidia(proc: Path = PROC_VERSION,
+                smi: Callable[[str], SmiRows | None] = nvidia_smi) -> NvidiaFacts | None:
+    """The driver and GPUs, or None where there is no NVIDIA GPU (no driver file, no
+    ``nvidia-smi`` answering). A ``nvidia-smi`` too old for ``compute_cap`` gives names only:
+    the doctor's GPU table knows their capability."""
+    try:
+        driver = parse_proc_driver_version(proc.read_text(errors="replace"))
+    except OSError:
+        driver = None
+    rows = smi("driver_version,name,compute_cap")
+    if rows is None:
+        rows = [[*row, ""] for row in smi("driver_version,name") or []]
+    if driver is None and not rows:
+        return None
+    gpus = tuple((row[1] or None, _capability(row[2])) for row in rows if len(row) >= 3)
+    return NvidiaFacts(driver or (rows[0][0] if rows else None), gpus)
+
+
+def _capability(cell: str) -> str | None:
+    return cell if kb.cc_tuple(cell) is not None else None
+
+
+def choose(facts: NvidiaFacts | None, python: str | None, wanted: str = DEFAULT_TORCH,
+           pinned: bool = False) -> WheelChoice:
+    """The wheel for this driver, these GPUs and this Python (``pinned``: only ``wanted``'s
+    release; otherwise the newest release that fits when ``wanted``'s does not)."""
+    if facts is None:
+        return WheelChoice(wanted, CPU, "no NVIDIA GPU: the CPU wheel")
+    snapshot = Snapshot(
+        platform=Platform(python_version=python, os_family="linux"),
+        driver=Driver(version=facts.driver),
+        gpus=[GPU(index=i, name=name, vendor="nvidia", compute_capability=cc)
+              for i, (name, cc) in enumerate(facts.gpus)])
+    ctx = Context(snapshot)
+    known = [gpu.cc for gpu in ctx.nvidia_gpus if gpu.cc]
+    start = kb.torch_release(wanted)
+    found = find_wheel(ctx, cc=known[0] if known else None, start=start, same_release_only=pinned)
+    machine = _describe(ctx, facts)
+    if found is None:
+        which = f"torch {wanted} wheel" if pinned else "torch wheel"
+        return WheelChoice(wanted, CPU, f"no {which} in tuneup's tables fits {machine}: the "
+                           "CPU wheel (`tuneup doctor` says why)")
+    release, variant = found
+    version = wanted if release is start else release.latest
+    return WheelChoice(version, variant, f"{machine}: the {variant} wheel")
+
+
+def _describe(ctx: Context, facts: NvidiaFacts) -> str:
+    gpus = ", ".join(f"{gpu.name} (CC {gpu.cc or '?'})" for gpu in ctx.nvidia_gpus) or "a GPU"
+    return f"{gpus}, driver {facts.driver or 'unknown'}"
+
+
+def from_environment(environ: dict[str, str], facts: Callable[[], NvidiaFacts | None],
+                     python: str | None) -> WheelChoice:
+    """What set-up installs: the variables' wheel when set, else :func:`choose`'s."""
+    wanted = environ.get(ENV_TORCH, "").strip()
+    index = environ.get(ENV_INDEX, "").strip()
+    if index:
+        return WheelChoice(wanted or DEFAULT_TORCH, "", f"{ENV_INDEX}={index}", index_url=index)
+    return choose(facts(), python, wanted or DEFAULT_TORCH, pinned=bool(wanted))
+
+
+def main() -> None:
+    python = ".".join(map(str, sys.version_info[:3]))
+    choice = from_environment(dict(os.environ), read_nvidia, python)
+    print(f"tuneup setup: installing torch {choice.version} ({choice.reason})", file=sys.stderr)
+    print(" ".join(choice.pip_args()))
+
+
+if __name__ == "__main__":
+    main()
