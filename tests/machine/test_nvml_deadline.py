@@ -103,6 +103,8 @@ def test_doctor_reports_nvml_not_answering_instead_of_hanging(monkeypatch, short
     assert snapshot.driver.nvml_timeout_s == DEADLINE
     assert snapshot.gpus != []  # unknown, not "no GPU"
     assert any(note.startswith("NVML did not answer within 0.3 s") for note in snapshot.notes)
+    assert snapshot.torch.version and snapshot.torch.cuda_available is None  # torch asks NVML
+    assert "torch's CUDA state not read: NVML does not answer" in " ".join(snapshot.notes)
     result = within(DEADLINE + MARGIN, lambda: CliRunner().invoke(main, ["doctor"]))
     assert time.monotonic() - started < 2 * (DEADLINE + MARGIN)
     assert result.exit_code == 1, result.output
@@ -121,9 +123,27 @@ def test_a_query_that_stops_answering_leaves_the_gpus_unknown(monkeypatch, short
     assert fake.shutdowns == 0
 
 
+def test_torch_asking_nvml_itself_is_bounded_too(monkeypatch, short_deadline) -> None:
+    """torch.cuda.device_count() loads libnvidia-ml and calls nvmlInit through ctypes."""
+    import torch
+
+    from tuneup.machine.probe import torch_build
+
+    monkeypatch.setattr(torch.cuda, "device_count", never_returns)
+    notes: list[str] = []
+    build = within(DEADLINE + MARGIN, lambda: torch_build.probe_torch(notes))
+    assert build.version == torch.__version__ and build.device_count is None
+    assert "torch's CUDA state not read: NVML did not answer within 0.3 s " \
+           "(torch.cuda.device_count())" in notes
+
+
 def test_the_fingerprint_leaves_the_gpus_out_and_warns_once(monkeypatch, short_deadline):
+    import torch
+
     from tuneup.settings import fingerprint
 
+    monkeypatch.setattr(torch.cuda, "device_count", never_returns)  # never asked: no wait
+    monkeypatch.setattr(torch.cuda, "is_available", never_returns)
     monkeypatch.setitem(sys.modules, "pynvml", stuck_nvml())
     monkeypatch.setattr(fingerprint, "_warned", [])
     with pytest.warns(UserWarning, match="NVML did not answer within 0.3 s") as caught:
@@ -168,7 +188,7 @@ def test_a_tuned_run_trains_on_and_exits_with_nvml_stuck(tmp_path: Path) -> None
     fake_dir = tmp_path / "fake"
     fake_dir.mkdir()
     (fake_dir / "pynvml.py").write_text(STUCK_PYNVML)
-    facts = fingerprint.from_snapshot(probe.snapshot())
+    facts = fingerprint.current()  # this machine, as the run will see it
     settings_path = tmp_path / "train.tuneup.json"
     store.save(Settings(knobs=Knobs(cpu_threads=1), fingerprint=facts), settings_path)
     script = tmp_path / "train.py"

@@ -32,15 +32,17 @@ def from_snapshot(snapshot: Snapshot) -> dict[str, Any]:
 
 
 def current() -> dict[str, Any]:
-    """Fingerprint of this process's machine, from the doctor's light-weight probes.
+    """Fingerprint of this process's machine, from the doctor's light-weight probes (torch's
+    version and build without asking CUDA, which would ask NVML).
 
     NVML is asked with the probe's deadline (``TUNEUP_NVML_TIMEOUT``); when it does not
     answer, the GPU facts it alone gives are left out (unknown, never compared) and one
     warning says so: training goes on."""
     from tuneup.machine import probe
     from tuneup.machine.probe import nvml_call
+    from tuneup.machine.probe.torch_build import torch_identity
 
-    snapshot = Snapshot(torch=probe.probe_torch(), cpu=probe.probe_cpu())
+    snapshot = Snapshot(torch=torch_identity(), cpu=probe.probe_cpu())
     snapshot.driver, snapshot.gpus = probe.probe_nvidia()
     facts = from_snapshot(snapshot)
     stuck = snapshot.driver.nvml_timeout_s

@@ -60,9 +60,12 @@ def snapshot() -> Snapshot:
     messages: list[str] = []
     snap = Snapshot(source="live", notes=notes, messages=messages)
     snap.platform = _guard(notes, "platform", probe_platform, snap.platform)
-    snap.torch = _guard(notes, "torch", lambda: _probe_torch(notes, messages), snap.torch)
     snap.driver, snap.gpus = _guard(
         notes, "NVIDIA driver", lambda: _probe_nvidia(notes), (snap.driver, None)
+    )
+    nvml_answers = snap.driver.nvml_timeout_s is None  # torch would ask the same NVML
+    snap.torch = _guard(
+        notes, "torch", lambda: _probe_torch(notes, messages, nvml_answers), snap.torch
     )
     if not snap.gpus:
         from_torch = _guard(

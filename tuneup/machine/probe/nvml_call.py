@@ -115,6 +115,30 @@ class BoundedNvml:
         return call
 
 
+def bounded_call(what: str, call: Callable[[], Any], deadline_s: float | None = None) -> Any:
+    """``call()`` on a daemon thread of its own, for code that asks NVML behind its own API
+    (``torch.cuda.device_count()`` loads libnvidia-ml and calls ``nvmlInit``): its value, its
+    exception, or :class:`NvmlTimeout` naming ``what`` after the deadline."""
+    deadline_s = timeout_s() if deadline_s is None else deadline_s
+    box: list[tuple[bool, Any]] = []
+
+    def run() -> None:
+        try:
+            box.append((True, call()))
+        except BaseException as error:  # handed to the caller, who raises it
+            box.append((False, error))
+
+    thread = threading.Thread(target=run, name="tuneup-nvml-call", daemon=True)
+    thread.start()
+    thread.join(deadline_s)
+    if not box:
+        raise NvmlTimeout(what, deadline_s)
+    ok, value = box[0]
+    if ok:
+        return value
+    raise value
+
+
 def bounded(module: Any = None, deadline_s: float | None = None) -> BoundedNvml:
     """NVML (``pynvml`` unless a stand-in is given) with a deadline on every call; raises
     ImportError when nvidia-ml-py is not installed."""

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import warnings
 from typing import Any
 
+from tuneup.machine.probe.nvml_call import NvmlTimeout, bounded_call
 from tuneup.machine.snapshot import GPU, TorchBuild
 from tuneup.machine import versions
 
@@ -29,9 +31,10 @@ def _warning_texts(caught: list[warnings.WarningMessage]) -> list[str]:
     return [" ".join(str(w.message).split()) for w in caught]
 
 
-def probe_torch(notes: list[str] | None = None, messages: list[str] | None = None) -> TorchBuild:
-    """Import torch (if installed) and read its build; never raises."""
-    notes = notes if notes is not None else []
+def torch_identity(notes: list[str] | None = None,
+                   messages: list[str] | None = None) -> TorchBuild:
+    """The installed torch's version and build, without asking CUDA anything (no GPU, no
+    NVML: what a training run's fingerprint check may afford); never raises."""
     messages = messages if messages is not None else []
     if importlib.util.find_spec("torch") is None:
         return TorchBuild(installed=False)
@@ -49,14 +52,49 @@ def probe_torch(notes: list[str] | None = None, messages: list[str] | None = Non
     build.cuda = versions.major_minor_text(torch.version.cuda) if torch.version.cuda else None
     build.hip = getattr(torch.version, "hip", None)
     build.build = "rocm" if build.hip else "cuda" if build.cuda else "cpu"
+    return build
+
+
+def probe_torch(notes: list[str] | None = None, messages: list[str] | None = None,
+                read_cuda: bool = True) -> TorchBuild:
+    """Import torch (if installed) and read its build and CUDA state; never raises.
+
+    ``torch.cuda.device_count()`` asks NVML itself (ctypes, ``nvmlInit``), so the CUDA state
+    is read with the NVML deadline, and not at all (``read_cuda=False``) where NVML is
+    known not to answer: then it stays unknown, with a note."""
+    notes = notes if notes is not None else []
+    messages = messages if messages is not None else []
+    build = torch_identity(notes, messages)
+    if not build.importable:
+        return build
+    if not read_cuda:
+        notes.append("torch's CUDA state not read: NVML does not answer, and torch asks it "
+                     "for the GPU count")
+        return build
+    import torch
+
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        _read_cuda_state(torch, build, notes)
+        try:
+            build, read_notes = bounded_call("torch.cuda.device_count()",
+                                             lambda: _cuda_state(torch, build))
+        except NvmlTimeout as error:
+            notes.append(f"torch's CUDA state not read: {error}")
+            return build
+    notes.extend(read_notes)
     texts = _warning_texts(caught)
     messages.extend(texts)
     if texts and build.cuda_available is False and build.init_error is None:
         build.init_error = texts[0]
     return build
+
+
+def _cuda_state(torch: Any, build: TorchBuild) -> tuple[TorchBuild, list[str]]:
+    """A copy of ``build`` with the CUDA state read, and the notes: a read that outlives its
+    deadline changes nothing the caller holds."""
+    read, notes = dataclasses.replace(build), []
+    _read_cuda_state(torch, read, notes)
+    return read, notes
 
 
 def _read_cuda_state(torch: Any, build: TorchBuild, notes: list[str]) -> None:
