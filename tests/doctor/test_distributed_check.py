@@ -279,3 +279,13 @@ def test_nccl_warnings_are_read_from_the_ranks_debug_files(tmp_path) -> None:
         "h:1:1 [0] NCCL WARN Call to ibv_open_device failed",
         "h:2:2 [1] NCCL WARN Cuda failure",  # what could act on a terminal is gone
     ]
+
+
+def test_nccl_writes_its_warnings_where_the_doctor_reads_unless_the_user_chose() -> None:
+    environ: dict[str, str] = {}
+    distributed.nccl_warnings_to("/tmp/logs", 1, environ)
+    assert environ == {"NCCL_DEBUG": "WARN", "NCCL_DEBUG_FILE": "/tmp/logs/rank1.log"}
+    for chosen in ({"NCCL_DEBUG": "INFO"}, {"NCCL_DEBUG_FILE": "/var/log/nccl.%p"}):
+        environ = dict(chosen)
+        distributed.nccl_warnings_to("/tmp/logs", 0, environ)
+        assert environ == chosen

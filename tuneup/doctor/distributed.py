@@ -21,7 +21,7 @@ import signal
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -157,11 +157,9 @@ def _refuse_more_than_the_host_holds(nproc: int, cores: float | None) -> None:
 def _rank(rank: int, port: int, ranks: int, backend: str, sizes: Sequence[int],
           timeout: float, logs: str | None = None) -> None:
     """One rank: join through the parent's store, time every operation and size, report.
-    NCCL writes its warnings to ``logs`` (unless told another file), where the parent reads
-    them: NCCL's own words on what failed."""
-    if logs is not None and "NCCL_DEBUG_FILE" not in os.environ:
-        os.environ.setdefault("NCCL_DEBUG", "WARN")
-        os.environ["NCCL_DEBUG_FILE"] = os.path.join(logs, f"rank{rank}.log")
+    NCCL writes its warnings to ``logs``, where the parent reads them."""
+    if logs is not None:
+        nccl_warnings_to(logs, rank, os.environ)
     wait = timedelta(seconds=timeout)
     store = dist.TCPStore(HOST, port, ranks, False, timeout=wait)
     dist.init_process_group(backend, store=store, rank=rank, world_size=ranks, timeout=wait)
@@ -178,6 +176,15 @@ def _rank(rank: int, port: int, ranks: int, backend: str, sizes: Sequence[int],
             times[operation].append(_time(_operation(operation, size, ranks, backend, device)))
     store.set(f"result/{rank}", json.dumps(times))
     dist.destroy_process_group()
+
+
+def nccl_warnings_to(logs: str, rank: int, environ: MutableMapping[str, str]) -> None:
+    """Have NCCL write its warnings (NCCL's own words on what failed) to a file in ``logs``;
+    not where the user set NCCL_DEBUG or NCCL_DEBUG_FILE: their output stays where they
+    asked for it."""
+    if not {"NCCL_DEBUG", "NCCL_DEBUG_FILE"} & set(environ):
+        environ["NCCL_DEBUG"] = "WARN"
+        environ["NCCL_DEBUG_FILE"] = os.path.join(logs, f"rank{rank}.log")
 
 
 def _operation(operation: str, size: int, ranks: int, backend: str,
