@@ -18,7 +18,7 @@ import os
 import shutil
 import stat
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 LOCK_NAME = "owner.lock"
@@ -40,6 +40,13 @@ class OwnedDir:
             shutil.rmtree(born, ignore_errors=True)
             raise
         self.path = final
+
+    def beat(self) -> None:
+        """Mark the lock file's mtime now: what a sweep takes as the owner's last sign of life
+        (changes a dead run's journal did not make come after it)."""
+        if self.fd >= 0:
+            with contextlib.suppress(OSError):
+                os.utime(self.fd)
 
     def release(self) -> None:
         """Drop the lock (after the folder is removed: a sweep may take it from here on)."""
@@ -79,7 +86,12 @@ def take_if_dead(folder: Path) -> int | None:
     return fd
 
 
-def sweep(prefix: str, before_remove: Callable[[Path], None] = lambda folder: None,
+def last_beat(folder: Path) -> float:
+    """When the owner of ``folder`` was last alive (see :meth:`OwnedDir.beat`)."""
+    return os.lstat(folder / LOCK_NAME).st_mtime
+
+
+def sweep(prefix: str, before_remove: Callable[[Path], object] = lambda folder: None,
           parent: Path | None = None) -> list[Path]:
     """Remove this user's folders ``<prefix>*`` (and half-born ones) whose owner is dead:
     ``before_remove(folder)`` first (put back what the dead run changed), while the lock
@@ -102,7 +114,7 @@ def sweep(prefix: str, before_remove: Callable[[Path], None] = lambda folder: No
 
 
 @contextlib.contextmanager
-def owned_dir(prefix: str):  # type: ignore[no-untyped-def]
+def owned_dir(prefix: str) -> Iterator[Path]:
     """An :class:`OwnedDir` for a ``with`` block: removed, then released, at its end."""
     owned = OwnedDir(prefix)
     try:

@@ -218,7 +218,8 @@ def test_after_a_sigkill_the_next_start_puts_files_back_before_it_removes_the_fo
     (user / "notes.md").write_text("keep me")
     before = {p.name: p.read_bytes() for p in user.iterdir()}
     owner = subprocess.Popen([sys.executable, "-c", KILLED_MID_TRIAL, str(user)],
-                             stdout=subprocess.PIPE, text=True, env={**os.environ, "TMPDIR": str(tmp)})
+                             stdout=subprocess.PIPE, text=True,
+                             env={**os.environ, "TMPDIR": str(tmp)})
     assert owner.stdout.readline().strip() == "written"
     owner.kill()
     owner.wait()
@@ -227,3 +228,28 @@ def test_after_a_sigkill_the_next_start_puts_files_back_before_it_removes_the_fo
     assert len(sweep_stale_workdirs()) == 1
     assert {p.name: p.read_bytes() for p in user.iterdir()} == before
     assert list(tmp.iterdir()) == []
+
+
+def test_what_changed_after_a_dead_run_ended_is_not_put_back_over(tmp, monkeypatch):
+    """The user's own work since the killed run (a real training run's checkpoint) stays."""
+    from tuneup.autotune.runner import Recovered
+
+    user = tmp.parent / "user"
+    user.mkdir()
+    (user / "ckpt.pt").write_bytes(b"real weights")
+    (user / "notes.md").write_text("keep me")
+    owner = subprocess.Popen([sys.executable, "-c", KILLED_MID_TRIAL, str(user)],
+                             stdout=subprocess.PIPE, text=True,
+                             env={**os.environ, "TMPDIR": str(tmp)})
+    assert owner.stdout.readline().strip() == "written"
+    owner.kill()
+    owner.wait()
+    (folder,) = tmp.glob(f"{WORKDIR_PREFIX}*")
+    os.utime(folder / "owner.lock", (time.time() - 600, time.time() - 600))  # it died long ago
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    recovered = Recovered()
+    assert sweep_stale_workdirs(recovered) == [folder]
+    assert (user / "ckpt.pt").read_bytes() == b"trial weights"  # changed after its last beat
+    assert recovered.left == sorted(str(user / name) for name in ("ckpt.pt", "new.log"))
+    assert (user / "notes.md").read_text() == "keep me"
+    assert recovered.put_back == [str(user / "notes.md")]

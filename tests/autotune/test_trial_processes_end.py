@@ -11,6 +11,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tuneup.autotune import snapshot
 from tuneup.autotune.runner import Runner
 from tuneup.autotune.trials import Trial
 from tuneup.errors import ScriptError
@@ -49,7 +50,9 @@ def running(pids: list[int]) -> list[int]:
 def test_processes_the_script_detaches_end_with_its_trial_process(fake_script, tmp_path,
                                                                  monkeypatch):
     # the pids file is a file the script writes: the write guard would put it back (remove it)
-    monkeypatch.setattr("tuneup.autotune.write_guard.restore", lambda journal: [])
+    monkeypatch.setattr("tuneup.autotune.write_guard.restore", lambda journal, *_: [])
+    monkeypatch.setattr("tuneup.autotune.snapshot.FolderSnapshot.compare_and_put_back",
+                        lambda self, **_: snapshot.Comparison())  # nor the folder compare
     pids = tmp_path / "detached.pids"
     script = fake_script()
     script.write_text(DETACH.format(pids=str(pids)) + script.read_text())

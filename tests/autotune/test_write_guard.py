@@ -336,4 +336,46 @@ def test_only_the_interpreters_library_folders_are_exempt(tmp_path):
     exempt = {str(p) for p in write_guard.exempt_folders(tmp_path, None)}
     assert sys.prefix not in exempt and sysconfig.get_paths()["purelib"] in exempt
     inside = Path(sysconfig.get_paths()["purelib"]) / "app"  # a script kept in site-packages
-    assert sysconfig.get_paths()["purelib"] not in map(str, write_guard.exempt_folders(tmp_path, inside))
+    kept = map(str, write_guard.exempt_folders(tmp_path, inside))
+    assert sysconfig.get_paths()["purelib"] not in kept
+
+
+UNSEEN = textwrap.dedent("""
+    import os, subprocess
+    here = os.path.dirname(os.path.abspath(__file__))
+    subprocess.run(["sh", "-c", "printf trial > small.txt; printf trial > big.bin; "
+                    "printf new > made.txt; mkdir -p new/deep; printf x > new/deep/f; "
+                    "rm gone.txt; chmod 777 secret.key; ln -sfn small.txt latest"], cwd=here,
+                   check=True)                                   # a process the hook never sees
+""")
+
+
+def test_what_no_hook_sees_is_compared_with_the_folder_before_trials(fake_script, monkeypatch):
+    """A spawned program (or any native writer) changes the script's folder: small files come
+    back from the copies kept before the first trial, a big one is named as not put back."""
+    from tuneup.autotune import snapshot
+    from tuneup.autotune.runner import Runner
+    from tuneup.autotune.trials import Trial
+    from tuneup.settings import Knobs
+
+    script = fake_script()
+    script.write_text(UNSEEN + script.read_text())
+    folder = script.parent
+    (folder / "small.txt").write_text("real")
+    (folder / "big.bin").write_bytes(b"B" * 64)
+    (folder / "gone.txt").write_text("keep me")
+    (folder / "secret.key").write_text("key")
+    os.chmod(folder / "secret.key", 0o600)
+    os.symlink("gone.txt", folder / "latest")
+    before = _state(folder)
+    monkeypatch.setattr(snapshot, "MAX_FILE_BYTES", 32)  # big.bin is too big to copy up front
+    with Runner(script) as runner:
+        results = runner.run([Trial("a", Knobs(num_workers=0), False)])
+        assert [r.status for r in results] == ["ok"]
+    after = _state(folder)
+    assert after.pop("big.bin")[1] == b"trial"
+    before.pop("big.bin")
+    assert after == before
+    assert runner.not_put_back == [str(folder / "big.bin")]
+    assert {str(folder / name) for name in ("small.txt", "made.txt", "new", "gone.txt",
+                                           "secret.key", "latest")} <= set(runner.put_back)

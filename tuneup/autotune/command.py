@@ -23,6 +23,7 @@ import click
 from rich.console import Console
 
 from tuneup import __version__, terminal
+from tuneup.autotune.leftovers import file_notes
 from tuneup.autotune.report import Progress, print_table, to_json
 from tuneup.autotune.runner import Runner
 from tuneup.autotune.search import Options, Outcome, Search
@@ -254,10 +255,8 @@ def tune(script: Path, script_args: list[str], options: Options, budget: float, 
         outcome.notes.append(f"the write guard was not armed in {runner.unguarded} trial "
                              "process(es) (their Python did not load tuneup's sitecustomize): "
                              "files the script wrote during those trials were not put back")
-    if runner.put_back:  # read after the with: the runner has ended its last process
-        shown = ", ".join(runner.put_back[:5]) + (", ..." if len(runner.put_back) > 5 else "")
-        outcome.notes.append(f"the script wrote {len(runner.put_back)} file(s) or folder(s) "
-                             f"during trials ({shown}): each was put back as it was")
+    outcome.notes.extend(file_notes(  # read after the with: the runner ended its last process
+        runner.put_back, runner.not_put_back, runner.folder_compared_in_part, runner.recovered))
     if nproc_per_node > 1:
         outcome.notes.append(
             f"tuned under torchrun with {nproc_per_node} local ranks: samples/s are the job's "

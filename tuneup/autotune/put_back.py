@@ -31,10 +31,15 @@ def metadata(status: os.stat_result) -> dict[str, int]:
             "ino": status.st_ino, "dev": status.st_dev}
 
 
-def restore(journal: Path) -> list[str]:
+def restore(journal: Path, until: float | None = None, left: list[str] | None = None
+            ) -> list[str]:
     """Put back every path the journal names, newest first; returns those that had something
     to put back (a copy, a link, metadata, or a path that did not exist), for the report. A
-    journal line cut by a kill is ignored: its change had not started."""
+    journal line cut by a kill is ignored: its change had not started.
+
+    ``until``: the time (of the file system's clock) the run was last known alive; a path
+    changed after it was changed by someone else since the run died (the user's next real
+    run) and stays as it is, named in ``left``."""
     try:
         lines = journal.read_text(encoding="utf-8").splitlines()
     except OSError:
@@ -47,11 +52,24 @@ def restore(journal: Path) -> list[str]:
             continue
         if isinstance(entry, dict) and isinstance(entry.get("path"), str):
             entries.append(entry)
+    late = {entry["path"] for entry in entries
+            if until is not None and _changed_after(entry["path"], until)}
     for entry in reversed(entries):
-        put_back(entry)
+        if entry["path"] not in late:
+            put_back(entry)
     with contextlib.suppress(OSError):
         os.replace(journal, journal.with_name(journal.name + REPLAYED_SUFFIX))
-    return list(dict.fromkeys(entry["path"] for entry in entries if _changed(entry)))
+    if left is not None:
+        left.extend(sorted(late))
+    return list(dict.fromkeys(entry["path"] for entry in entries
+                              if _changed(entry) and entry["path"] not in late))
+
+
+def _changed_after(path: str, until: float) -> bool:
+    try:
+        return os.lstat(path).st_ctime > until
+    except OSError:
+        return False
 
 
 def _changed(entry: dict[str, Any]) -> bool:

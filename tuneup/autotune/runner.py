@@ -28,6 +28,13 @@ from tuneup import owned_dirs
 from tuneup.autotune import protocol, write_guard
 from tuneup.autotune.protocol import BUDGET, CRASH, ERROR, HANG, NONFINITE, OOM, SKIPPED
 from tuneup.autotune.ranks import RankEvents, died_silently
+from tuneup.autotune.leftovers import (
+    SNAPSHOT_DIR,
+    WORKDIR_PREFIX,
+    Recovered,
+    sweep_stale_workdirs,
+)
+from tuneup.autotune.snapshot import FolderSnapshot
 from tuneup.autotune.space import ScriptFacts
 from tuneup.autotune.trials import Trial, TrialResult
 from tuneup.errors import ScriptError
@@ -42,8 +49,8 @@ if TYPE_CHECKING:
 
 # what a script built on a trainer calls instead (docs/integrations.md)
 TRAINERS = "for a Trainer: tuned_trainer or tuned_trainer_kwargs"
-WORKDIR_PREFIX = "tuneup-autotune-"  # + mkdtemp's part; swept once their lock is free
 POLL_S = 0.05
+BEAT_S = 1.0  # how often the run marks itself alive on its lock file (see replay_workdir)
 MEMORY_POLL_S = 0.25
 STDERR_TAIL_LINES = 12
 # `python -c DIE_WITH_PARENT PARENT_PID PROGRAM ARGS...`: ask for SIGKILL when the parent
@@ -106,6 +113,9 @@ class _Process:
     journal: Path  # what the script wrote, to put back when the process has ended
     said_hello: bool = False
     put_back: list[str] = field(default_factory=list)  # the user's paths restored after it
+    not_put_back: list[str] = field(default_factory=list)  # changed, and no copy to restore
+    snapshot: FolderSnapshot | None = None  # the script's folder before the first trial
+    started_wall: float = field(default_factory=time.time)  # changes since count as its own
     guarded: bool = True  # its write guard was armed (its journal existed when it ended)
     waits: bool = False  # its hello said it waits for a next plan after its last trial
     last_knobs: Knobs | None = None  # of the trial it started last, whatever its plan
@@ -137,6 +147,10 @@ class _Process:
         kill_marked(self.marker)
         self.guarded = self.guarded and self.journal.exists()  # the guard made it at start
         self.put_back.extend(write_guard.restore(self.journal))  # nothing writes any more
+        if self.snapshot is not None:  # what the journal did not see, compared
+            compared = self.snapshot.compare_and_put_back(since=self.started_wall - 1.0)
+            self.put_back.extend(compared.put_back)
+            self.not_put_back.extend(compared.not_put_back)
 
     def stderr_text(self) -> str:
         try:
@@ -155,27 +169,6 @@ class _Process:
             except ValueError:
                 return f"killed by signal {-code}"
         return f"exit status {code}"
-
-
-def sweep_stale_workdirs() -> list[Path]:
-    """Remove the work directories of autotune runs that died without cleaning up (SIGKILL,
-    power loss): those whose owner no longer holds their lock, in whatever pid namespace it
-    ran. What the dead run's trials changed in the user's files is put back first (its
-    journals replayed), and only then is the folder, with the copies, removed. Returns
-    what was removed."""
-    return owned_dirs.sweep(WORKDIR_PREFIX, replay_workdir)
-
-
-def replay_workdir(folder: Path) -> list[str]:
-    """Put back what the trials of a dead run changed: every journal not yet replayed,
-    the last process's first. Returns the paths put back."""
-    journals = sorted(folder.glob("writes-*.jsonl"), key=_process_number, reverse=True)
-    return [path for journal in journals for path in write_guard.restore(journal)]
-
-
-def _process_number(journal: Path) -> int:
-    number = journal.stem.rpartition("-")[2]
-    return int(number) if number.isdigit() else 0
 
 
 def kill_tree(pid: int) -> None:
@@ -266,8 +259,11 @@ class Runner:
         self.startup_s: float | None = None  # process start -> first trial_start, measured
         self.processes_started = 0
         self.plans_written = 0
-        sweep_stale_workdirs()
+        self.recovered = Recovered()  # what killed runs before this one had left changed
+        sweep_stale_workdirs(self.recovered)
         self._owned = owned_dirs.OwnedDir(WORKDIR_PREFIX)  # locked while this run lives
+        self._last_beat = 0.0
+        self._snapshot: FolderSnapshot | None = None
         self._workdir = self._owned.path
         self._process: _Process | None = None
         self._started: list[_Process] = []
@@ -282,6 +278,17 @@ class Runner:
     def put_back(self) -> list[str]:
         """The user's files the script changed during trials, each restored (once named)."""
         return list(dict.fromkeys(path for p in self._started for path in p.put_back))
+
+    @property
+    def not_put_back(self) -> list[str]:
+        """Files of the script's folder a trial changed unseen by the write guard and with no
+        copy kept (too big to copy up front): left as the trial left them."""
+        return list(dict.fromkeys(path for p in self._started for path in p.not_put_back))
+
+    @property
+    def folder_compared_in_part(self) -> bool:
+        """The script's folder held more entries than the snapshot records."""
+        return self._snapshot is not None and not self._snapshot.complete
 
     def time_left(self) -> float:
         return self.deadline - time.monotonic()
@@ -390,11 +397,18 @@ class Runner:
             if (process.popen.poll() is not None or self.time_left() <= 0
                     or time.monotonic() - waited > self._trial_timeout(running)):
                 return False
+            self._beat()
             time.sleep(POLL_S)
         if any(e.get("event") == "trial_start" and e.get("id") == running.id
                for e in dropped.new_events()):
             process.trial_started(running.knobs)
         return True
+
+    def _beat(self) -> None:
+        now = time.monotonic()
+        if now - self._last_beat >= BEAT_S:
+            self._last_beat = now
+            self._owned.beat()
 
     def _start(self, trials: list[Trial]) -> _Process:
         self.processes_started += 1
@@ -405,6 +419,9 @@ class Runner:
         scratch.mkdir(exist_ok=True)
         marker = f"{os.getpid()}-{n}-{secrets.token_hex(8)}"
         journal = self._workdir / f"writes-{n}.jsonl"
+        if self._snapshot is None:  # before the first trial: what the script's folder holds
+            self._snapshot = FolderSnapshot.take(self.script.resolve().parent,
+                                                 self._workdir / SNAPSHOT_DIR, (self._workdir,))
         python_path = [str(SITE_DIR), *filter(None, [os.environ.get("PYTHONPATH")])]
         env = {**os.environ, protocol.ENV_PROBE: str(plan_path),
                ENV_OBSERVERS: protocol.OBSERVER, "TMPDIR": str(scratch), "TEMP": str(scratch),
@@ -419,7 +436,8 @@ class Runner:
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
                 env=env, start_new_session=True,
             )
-        process = _Process(popen, files, stderr, time.monotonic(), next_plan, marker, journal)
+        process = _Process(popen, files, stderr, time.monotonic(), next_plan, marker, journal,
+                           snapshot=self._snapshot)
         self._started.append(process)
         return process
 
@@ -513,6 +531,7 @@ class Runner:
                     if not process.said_hello and self.facts is None and failure.status == HANG:
                         raise ScriptError(self._slow_start_message())
                     return finished + [failure], False
+                self._beat()
                 time.sleep(POLL_S)
             if continued and not begun:
                 return [], False  # it died while it waited: the plan goes to a fresh process

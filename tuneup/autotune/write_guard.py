@@ -125,8 +125,8 @@ class WriteGuard:
             status = None
         copy = None
         if status is not None and stat.S_ISREG(status.st_mode) and not metadata_only:
-            fd, copy = tempfile.mkstemp(prefix=f"{os.getpid()}-", suffix=f"-{os.path.basename(path)}",
-                                        dir=self.copies)  # unique across ranks and workers
+            fd, copy = tempfile.mkstemp(prefix=f"{os.getpid()}-",  # unique across ranks, workers
+                                        suffix=f"-{os.path.basename(path)}", dir=self.copies)
             os.close(fd)
             shutil.copyfile(path, copy)
         is_link = status is not None and stat.S_ISLNK(status.st_mode)
