@@ -170,9 +170,34 @@ def test_prepared_it_keeps_its_knobs_and_changes_them_without_moving_a_sample(
     torch.manual_seed(0)
     assert accelerator.prepare(loader) is loader
     assert type(loader.dataloader).__name__ == "DataLoaderShard" and loader.num_workers == 1
+    assert loader.batch_size == BATCH  # what each process trains on, as autotune reads it
     first = [batch[2].tolist() for batch in loader]
     loader.configure(dataclasses.replace(loader.knobs, num_workers=0))
     second = [batch[2].tolist() for batch in loader]
     assert loader.num_workers == 0 and [first, second] == plain
     assert accelerator._dataloaders.count(loader.dataloader) == 1
     assert len(accelerator._dataloaders) == 2  # the plain one and the tuned one's latest
+
+
+def test_a_micro_batch_splits_prepared_batches_through_the_accelerator(accelerator,
+                                                                        write_settings):
+    """The settings' micro-batch applies to a prepared loader's batches (each process's
+    batch size is known), each piece backpropagated through the accelerator."""
+    plain, _ = train(accelerator, tuned=False)
+    write_settings(micro_batch_size=2)
+    tuned, calls = train(accelerator, tuned=True)
+    for a, b in zip(plain, tuned, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    assert calls == EPOCHS * -(-SIZE // 2)  # a backward per piece of 2 samples
+
+
+def test_skipping_the_first_batches_of_a_prepared_loader_skips_as_accelerate_does(accelerator):
+    """Resuming mid-epoch (``accelerator.skip_first_batches``): the batches a prepared
+    DataLoader would give after the skipped ones, from accelerate's own (device-moving)
+    loader."""
+    torch.manual_seed(0)
+    plain = accelerator.prepare(DataLoader(indexed(), batch_size=BATCH))
+    tuned = accelerator.prepare(tuned_loader(indexed(), batch_size=BATCH))
+    skipped = [accelerator.skip_first_batches(loader, 3) for loader in (plain, tuned)]
+    assert type(skipped[1]).__name__ == "DataLoaderShard"
+    assert [b[2].tolist() for b in skipped[1]] == [b[2].tolist() for b in skipped[0]]

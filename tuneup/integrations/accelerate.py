@@ -29,24 +29,46 @@ _WRAPPED = "__tuneup_wrapped__"
 
 
 def install(module: ModuleType) -> None:
-    """Wrap ``module.Accelerator.prepare_data_loader`` (``module`` is
-    ``accelerate.accelerator``) so that it prepares a :class:`TunedLoader` in place.
-    Idempotent; an accelerate without that method is left as it is."""
+    """Wrap ``module.Accelerator``'s ``prepare_data_loader`` (``module`` is
+    ``accelerate.accelerator``) so that it prepares a :class:`TunedLoader` in place, and its
+    ``skip_first_batches`` so that a prepared one skips as accelerate's loaders do.
+    Idempotent; an accelerate without these methods is left as it is."""
     accelerator_class = getattr(module, "Accelerator", None)
-    original = getattr(accelerator_class, "prepare_data_loader", None)
+    _wrap(accelerator_class, "prepare_data_loader", _prepare_data_loader)
+    _wrap(accelerator_class, "skip_first_batches", _skip_first_batches)
+
+
+def _wrap(owner: Any, name: str, wrapper: Any) -> None:
+    """``owner.name`` replaced by a method calling ``wrapper(original, self, ...)``."""
+    original = getattr(owner, name, None)
     if original is None or getattr(original, _WRAPPED, False):
         return
 
     @functools.wraps(original)
-    def prepare_data_loader(self: Any, data_loader: Any, *args: Any, **kwargs: Any) -> Any:
-        if not isinstance(data_loader, TunedLoader):
-            return original(self, data_loader, *args, **kwargs)
-        if not data_loader.prepared:
-            data_loader.prepare_with(_Preparation(self, original, args, kwargs))
-        return data_loader
+    def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return wrapper(original, self, *args, **kwargs)
 
-    setattr(prepare_data_loader, _WRAPPED, True)
-    accelerator_class.prepare_data_loader = prepare_data_loader
+    setattr(method, _WRAPPED, True)
+    setattr(owner, name, method)
+
+
+def _prepare_data_loader(original: Any, accelerator: Any, data_loader: Any, *args: Any,
+                         **kwargs: Any) -> Any:
+    if not isinstance(data_loader, TunedLoader):
+        return original(accelerator, data_loader, *args, **kwargs)
+    if not data_loader.prepared:
+        data_loader.prepare_with(_Preparation(accelerator, original, args, kwargs))
+    return data_loader
+
+
+def _skip_first_batches(original: Any, accelerator: Any, dataloader: Any, *args: Any,
+                        **kwargs: Any) -> Any:
+    """A prepared tuned loader's batches after the first ones skipped (resuming an epoch):
+    accelerate's own skipping loader over its shard, with the tuned knobs in effect (not
+    timed: autotune and the watcher's feed follow the tuned loader's own passes)."""
+    if isinstance(dataloader, TunedLoader) and dataloader.prepared:
+        dataloader = dataloader.dataloader
+    return original(accelerator, dataloader, *args, **kwargs)
 
 
 class _Preparation:
@@ -65,4 +87,10 @@ class _Preparation:
         if isinstance(known, list) and self.latest is not None:
             known[:] = [loader for loader in known if loader is not self.latest]
         self.latest = self.original(self.accelerator, dataloader, *self.args, **self.kwargs)
+        if getattr(self.latest, "batch_size", 0) is None and dataloader.batch_size is not None:
+            # a shard keeps its batch size in its batch sampler: what each process trains on is
+            # what autotune's figures and the watcher's feed read as the loader's batch size
+            split = getattr(self.accelerator, "split_batches", False)
+            processes = getattr(self.accelerator, "num_processes", 1) if split else 1
+            self.latest.batch_size = dataloader.batch_size // processes
         return self.latest
