@@ -71,7 +71,6 @@ def test_requested_torch_settles_python_support() -> None:
         (None, "no such file"),
         (b"", "empty"),
         (bytes(range(256)) * 8, "binary"),
-        (b"Dear diary, today I trained a model.\n", "collect_env"),
     ],
 )
 def test_unreadable_input_exits_2_with_one_line(

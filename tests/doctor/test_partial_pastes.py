@@ -67,9 +67,10 @@ def test_two_different_suffixed_versions_settle_nothing() -> None:
     assert snap.torch.version is None
 
 
-def test_unsuffixed_version_in_prose_is_not_taken() -> None:
+def test_unsuffixed_version_in_prose_is_read_without_inventing_its_build() -> None:
     snap = read_report("the version torch is 2.0.1\nCUDA driver version is insufficient\n")
-    assert snap.torch.version is None
+    assert snap.torch.version == "2.0.1" and snap.torch.build is None
+    assert any("from 'the version torch is 2.0.1'" in note for note in snap.notes)
 
 
 def test_gpu_field_wins_over_loose_gpu_lines() -> None:

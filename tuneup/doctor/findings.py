@@ -154,6 +154,7 @@ _CODES = [
         "the ROCm wheel line ships no kernels for the AMD GPU's gfx target",
     ),
     Code("TU606", "rocm-build", "rocm", "a pasted HIP error says the ROCm build lacks the GPU's target"),
+    Code("TU607", "rocm-build", "rocm", "HSA_OVERRIDE_GFX_VERSION names another GPU generation"),
     Code(
         "TU701", "python-unsupported", "python", "no PyTorch wheel of this release for this Python"
     ),

@@ -49,7 +49,7 @@ def visible(text: str) -> str:
 
 def _parse(text: str) -> Snapshot:
     stripped = text.strip()
-    if stripped.startswith("{"):
+    if stripped.startswith("{") or stripped.startswith("[") and _is_json(stripped):
         return _read_json(stripped)
     text = "\n".join(printable(line, MAX_LINE) for line in text.splitlines())
     stripped = text.strip()
@@ -59,13 +59,10 @@ def _parse(text: str) -> Snapshot:
     if snapshot is not None:
         return snapshot
     document = _embedded_json(stripped)
-    if document is not None:  # e.g. JSON below the command line that printed it
-        return _snapshot_of(document)
-    raise ReportError(
-        "the text holds no fact the doctor knows: no collect_env line ('PyTorch version:', "
-        "'Python version:' ...), no nvidia-smi or nvcc output, no known torch/pip/NCCL error; "
-        f"{HOW_TO_GET_ONE}"
-    )
+    if document is not None and environment_of(document) is not None:
+        return _snapshot_of(document)  # e.g. JSON below the command line that printed it
+    # Any other text is still read: what it states is reported, the rest stays unchecked.
+    return parse_collect_env(text, require_evidence=False)
 
 
 def bounded(snapshot: Snapshot) -> Snapshot:
@@ -143,6 +140,15 @@ def _read_json(text: str) -> Snapshot:
         raise ReportError(f"the JSON is not a report ({_first_line(error)}): feed the output "
                           "of `tuneup doctor --format json`") from None
     return _snapshot_of(document)
+
+
+def _is_json(text: str) -> bool:
+    """The whole text is one JSON document (a ``[pip3] ...`` line is not)."""
+    try:
+        json.loads(text)
+    except (ValueError, RecursionError):
+        return False
+    return True
 
 
 def _no_constant(name: str) -> None:

@@ -11,9 +11,10 @@ from __future__ import annotations
 import ast
 import re
 
-from tuneup.doctor.messages import PIP_REQUEST, recognised
+from tuneup.doctor.messages import BY_NAME, PIP_REQUEST, recognised
 from tuneup.machine.probe.host import parse_nvcc_version
 from tuneup.machine.probe.cpu_flags import relevant_flags
+from tuneup.doctor.readers.facts import apply_facts, read_facts
 from tuneup.doctor.readers.collect_env_lines import (
     GPU_LINE,
     STRONG_FIELDS,
@@ -226,7 +227,7 @@ def _read_messages(raw: RawReport, snap: Snapshot) -> None:
     ):
         _gpu_capability(snap, name.strip(), f"{major}.{minor}")
     for name, major, minor in re.findall(
-        r"Found GPU\d+ (.+?) which is of cuda capability (\d+)\.(\d+)", text
+        r"Found GPU\d+ (.+?) which is of (?:cuda|compute) capability (?:\(CC\) )?(\d+)\.(\d+)", text
     ):
         _gpu_capability(snap, name.strip(), f"{major}.{minor}")
     too_old = re.search(r"driver on your system is too old \(found version (\d+)\)", text)
@@ -245,6 +246,22 @@ def _read_messages(raw: RawReport, snap: Snapshot) -> None:
         if len(found) == 2:
             snap.torch.cudnn_compiled = snap.torch.cudnn_compiled or ".".join(found[0])
             snap.torch.cudnn_runtime = snap.torch.cudnn_runtime or ".".join(found[1])
+
+
+def _registry_lines(text: str, messages: list[str]) -> list[str]:
+    """Lines holding a known message that the warning-line scan did not keep (uv's
+    ``DEBUG No compatible version found for: torch``)."""
+    found = []
+    for name in recognised(text):
+        match = BY_NAME[name].pattern.search(text)
+        if match is None:
+            continue
+        start = text.rfind("\n", 0, match.start()) + 1
+        end = text.find("\n", match.end())
+        line = text[start:end if end >= 0 else len(text)].strip()
+        if line and not any(line in kept or kept in line for kept in messages + found):
+            found.append(line)
+    return found
 
 
 def _gpu_capability(snap: Snapshot, name: str, capability: str) -> None:
@@ -354,8 +371,9 @@ def _notes(raw: RawReport, snap: Snapshot) -> list[str]:
     return notes
 
 
-def parse_collect_env(text: str) -> Snapshot | None:
-    """The Snapshot a collect_env text describes; ``None`` if the text is not such a report."""
+def parse_collect_env(text: str, require_evidence: bool = True) -> Snapshot | None:
+    """The Snapshot a collect_env text describes; ``None`` if the text is not such a report
+    (unless ``require_evidence`` is False: then any text is read for the facts it states)."""
     raw = scan(clean_lines(text))
     strong = STRONG_FIELDS & set(raw.fields)
     snap = Snapshot(source="collect_env")
@@ -366,7 +384,7 @@ def parse_collect_env(text: str) -> Snapshot | None:
         or raw.conda is not None or snap.driver.version or snap.cuda_toolkit or raw.loose_gpu_lines
         or recognised(text)
     )
-    if not evidence:  # any collect_env line, nvidia-smi/nvcc output or known error is evidence
+    if not evidence and require_evidence:  # a collect_env line, nvidia-smi/nvcc or a known error
         return None
     _read_platform(raw.fields, snap)
     _read_torch(raw, snap)
@@ -377,6 +395,12 @@ def parse_collect_env(text: str) -> Snapshot | None:
     _read_libraries(raw, snap)
     _read_cpu(raw, snap)
     _read_env(raw, snap)
+    raw.messages.extend(_registry_lines(text, raw.messages))
     _read_messages(raw, snap)
-    snap.notes = _notes(raw, snap) + snap.notes
+    apply_facts(snap, read_facts(text))
+    snap.notes = (_notes(raw, snap) if evidence else [NO_REPORT]) + snap.notes
     return snap
+
+
+NO_REPORT = ("no collect_env report, nvidia-smi output or known error in the text: only the facts "
+             "below were read, everything else could not be checked")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from tuneup.doctor import messages
+from tuneup.doctor.readers.facts import noted_value
 from tuneup.doctor.rules import (
     build,
     cpu,
@@ -28,8 +29,17 @@ def diagnose(
 ) -> Diagnosis:
     """Run every rule over ``snapshot``; ``requested_*`` judge a torch/Python the user plans to use."""
     if requested_torch is None and snapshot.torch.version is None:
-        requested_torch = messages.requested_torch(" ".join(snapshot.messages))  # pip's error
+        text = " ".join(snapshot.messages)
+        requested_torch = messages.requested_torch(text) or _installed_failed(snapshot, text)
     ctx = Context(snapshot, requested_torch, requested_python)
     for rule in RULES:
         rule.check(ctx)
     return ctx.diagnosis
+
+
+def _installed_failed(snapshot: Snapshot, text: str) -> str | None:
+    """The torch version an install command in the text asked for, when an installer's
+    resolver error in the same text says it found none (uv's debug log names no version)."""
+    failed = any(messages.BY_NAME[name].category == "python-unsupported"
+                 for name in messages.recognised(text))
+    return noted_value(snapshot, "install.torch") if failed else None

@@ -9,6 +9,7 @@ from functools import cached_property
 from tuneup.doctor import knowledge as kb
 from tuneup.doctor import messages
 from tuneup.doctor.findings import Finding, finding
+from tuneup.doctor.readers.facts import unsure_fact
 from tuneup.machine.snapshot import GPU, Snapshot
 from tuneup.machine import versions
 
@@ -331,6 +332,9 @@ class Context:
                 return make("rocm", None, "torch.version.hip")
             if torch.cuda:
                 return make("cuda", versions.major_minor_text(torch.cuda), "torch.version.cuda")
+            prose = unsure_fact(self.snap, "torch.build")
+            if torch.build in ("cpu", "xpu") and prose:
+                return make(torch.build, None, f"the text says so: {prose}", assumed=True)
             if torch.build in ("cpu", "xpu"):
                 return make(torch.build, None, "the report (CUDA used to build PyTorch: none)")
             if any(a.startswith("sm_") for a in torch.arch_list or []):

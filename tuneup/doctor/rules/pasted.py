@@ -9,6 +9,8 @@ refuses text that holds a known line.
 
 from __future__ import annotations
 
+import re
+
 from tuneup.doctor.findings import ERROR, INFO, WARNING
 from tuneup.doctor.rules.context import Context
 
@@ -32,13 +34,21 @@ def check(ctx: Context) -> None:
     for message, excerpt in ctx.pasted_messages:
         category = message.category
         code = CODES[category]
-        if category in said or ctx.has(category) or category in ctx.settled:
+        settled = category in ctx.settled and not _about_another_package(excerpt)
+        if category in said or ctx.has(category) or settled:
             continue  # said already, or a rule with the facts proved that part fine
         if ctx.explained(category):
             continue
         said.add(category)
         ctx.add(code, SEVERITY[message.severity],
                 f"the pasted text says '{_short(excerpt)}': {message.means}.", message.fix)
+
+
+def _about_another_package(excerpt: str) -> bool:
+    """The installer's message names only packages other than torch (``torchvision==0.25.0``):
+    what the rules proved of torch's wheels does not settle it."""
+    named = {name.lower() for name in re.findall(r"([A-Za-z][\w.-]*)==", excerpt)}
+    return bool(named) and not named & {"torch", "pytorch"}
 
 
 def _short(text: str) -> str:

@@ -14,6 +14,7 @@ AREA = "rocm"
 
 def check(ctx: Context) -> None:
     _invalid_device_function(ctx)
+    _override_of_another_generation(ctx)
     build = ctx.build
     amd = ctx.amd_gpus
     mixed = ctx.nvidia_present and build.kind == "cuda"  # the CUDA build serves the NVIDIA GPU
@@ -257,3 +258,34 @@ def _wheel_shipping(ctx: Context, gfx: str) -> tuple[kb.Release, rocm_tables.Roc
             if gfx in row.targets:
                 return release, row
     return None
+
+
+# ---------------------------------------------------------------- TU607: an override of another ISA
+
+
+def _override_of_another_generation(ctx: Context) -> None:
+    """TU607: HSA_OVERRIDE_GFX_VERSION names a target of another generation than the GPU's.
+
+    The override is a workaround for a close sibling of a supported target (gfx1031 run as
+    gfx1030). Across generations (gfx1201 run as gfx1030, gfx1151 as gfx900) the kernels are of
+    another instruction set: crashes, wrong results or a silent fall back to the CPU.
+    """
+    text = ctx.env("HSA_OVERRIDE_GFX_VERSION")
+    override = rocm_tables.gfx_from_override(text)
+    if override is None:
+        return
+    for gpu in ctx.amd_gpus:
+        gfx = _gpu_target(gpu)[0]
+        if gfx and _generation(gfx) != _generation(override):
+            ctx.add("TU607", WARNING,
+                    f"HSA_OVERRIDE_GFX_VERSION={text.strip()} runs the {gfx} GPU as {override}, "
+                    "a target of another generation: its kernels are of another instruction set "
+                    "(crashes, wrong results or a silent fall back to the CPU).",
+                    f"unset HSA_OVERRIDE_GFX_VERSION when a build ships {gfx} kernels; set it only "
+                    "to a sibling of the same generation (10.3.0 for gfx103x, 11.0.0 for gfx110x)")
+            return
+
+
+def _generation(gfx: str) -> str:
+    """``gfx1030`` -> ``10``, ``gfx90a`` -> ``9``: the digits before the last two characters."""
+    return gfx[3:-2]

@@ -1,0 +1,86 @@
+"""The fact reader: facts read wherever they stand, each noted with the line it came from."""
+
+from __future__ import annotations
+
+import pytest
+
+from tuneup.doctor.readers import read_report
+from tuneup.doctor.readers.facts import read_facts
+from tuneup.doctor.rules import diagnose
+
+
+def codes(text: str) -> set[str]:
+    return {f.code for f in diagnose(read_report(text)).findings}
+
+
+@pytest.mark.parametrize(("text", "version", "build", "cuda"), [
+    ("pytorch                   2.4.0              py3.11_cpu_0    pytorch\n", "2.4.0", "cpu", None),
+    ("pytorch   2.1.2   py3.10_cuda12.1_cudnn8.9.2_0   pytorch\n", "2.1.2", "cuda", "12.1"),
+    ("torch==2.3.1+cu121\nnumpy==1.26.4\n", "2.3.1+cu121", "cuda", "12.1"),
+    ("torch             2.9.1+cu128\ntorchvision       0.24.1+cu128\n", "2.9.1+cu128", "cuda", "12.8"),
+    (">>> import torch\n>>> torch.__version__\n'2.5.1+cpu'\n", "2.5.1+cpu", "cpu", None),
+    ('$ python -c "import torch; print(torch.__version__)"\n2.6.0+rocm6.2.4\n', "2.6.0+rocm6.2.4",
+     "rocm", None),
+])
+def test_package_lines_and_prints_give_the_build(text, version, build, cuda):
+    torch = read_report(text).torch
+    assert (torch.version, torch.build, torch.cuda) == (version, build, cuda)
+
+
+def test_python_prints_in_any_order_give_capability_arch_list_and_availability():
+    text = ("print(torch.cuda.get_arch_list())\n['sm_75', 'sm_80', 'sm_86', 'sm_90', 'sm_100', 'sm_120']\n"
+            ">>> torch.cuda.get_device_capability()\n(7, 0)\nCUDA available: True\n"
+            "GPU: Tesla V100-SXM2-32GB\n")
+    snap = read_report(text)
+    assert snap.torch.arch_list[-1] == "sm_120" and snap.torch.cuda_available is True
+    assert snap.gpus[0].compute_capability == "7.0"
+    assert "TU101" in codes(text)  # torch's own list lacks sm_70: a stated fact, so an error
+
+
+def test_each_fact_is_noted_with_its_line_and_ambiguity_lowers_confidence():
+    snap = read_report("I tried Python 3.10 first.\nThen python 3.12.\nmy driver is 550.54.15\n")
+    notes = " ".join(snap.notes)
+    assert snap.platform.python_version == "3.10" and "not unambiguous" in notes
+    assert snap.driver.version == "550.54.15" and "from 'my driver is 550.54.15'" in notes
+
+
+def test_a_version_an_installer_was_asked_for_is_not_read_as_installed():
+    snap = read_report("uv pip install torch==2.3.0\nerror: No matching distribution found for torch\n")
+    assert snap.torch.version is None
+
+
+def test_amd_facts_in_prose_and_an_override_of_another_generation():
+    text = "RX 9070 XT is gfx1201, and the launcher sets HSA_OVERRIDE_GFX_VERSION=10.3.0\n"
+    snap = read_report(text)
+    assert snap.gpus[0].arch == "gfx1201" and snap.env["HSA_OVERRIDE_GFX_VERSION"] == "10.3.0"
+    assert "TU607" in codes(text)
+    assert "TU607" not in codes("gfx1031 with HSA_OVERRIDE_GFX_VERSION=10.3.0\n")  # a sibling
+
+
+def test_an_amd_capability_tuple_is_not_a_cuda_capability():
+    snap = read_report("name = AMD Radeon RX 6600 XT\ncapability = (10, 3)\ngfx1032\n")
+    assert snap.gpus[0].vendor == "amd" and snap.gpus[0].compute_capability is None
+
+
+@pytest.mark.parametrize(("text", "code"), [
+    ("nvidia-container-cli: requirement error: unsatisfied condition: cuda>=12.6, please update "
+     "your driver to a newer version, or use an earlier cuda container: unknown", "TU203"),
+    ("Because torch==1.12.0+cu113 has no wheels with a matching Python ABI tag (e.g., `cp311`)",
+     "TU704"),
+    ("UserWarning: User provided device_type of 'cuda', but CUDA is not available. Disabling", "TU505"),
+    ("Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 1000", "TU409"),
+])
+def test_tool_messages_around_torch_are_diagnosed(text, code):
+    assert code in codes(text)
+
+
+def test_a_harmless_capability_range_warning_is_no_error():
+    text = ("Found GPU0 NVIDIA GB10 which is of cuda capability 12.1. Minimum and Maximum cuda "
+            "capability supported by this version of PyTorch is (8.0) - (12.0)")
+    assert diagnose(read_report(text)).errors == 0
+
+
+def test_the_reader_reads_a_huge_text_only_at_its_ends():
+    text = "torch==2.4.0+cu121\n" + "noise line\n" * 200_000 + "Python 3.11.9\n"
+    names = {fact.name for fact in read_facts(text)}
+    assert {"pip", "python"} <= names
