@@ -1,7 +1,8 @@
 """A transformers ``Trainer`` with tuneup's settings: one line after the Trainer is built.
 
 A tiny GPT-2 built from a config (no download) learns generated token sequences whose
-next token follows from the previous one, on the CPU in a few seconds:
+next token follows from the previous one, in a few seconds (on the GPU where there is
+one: ``use_cpu`` only without one):
 
     python docs/examples/train_hf.py
     tuneup autotune docs/examples/train_hf.py -- --prep 40   # input-bound: tune it

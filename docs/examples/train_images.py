@@ -2,7 +2,8 @@
 
 Every ``__getitem__`` does CPU work the way an image pipeline does: de-quantise 8x8 DCT
 blocks, inverse DCT, YCbCr -> RGB, random crop, flip and brightness jitter, normalise.
-With ``num_workers=0`` the model waits for the decoder most of the time.
+With ``num_workers=0`` the model waits for the decoder most of the time, on the GPU where
+there is one (``--device cpu`` to stay on the CPU) all the more.
 
     python docs/examples/train_images.py --steps 100 --batch-size 128
     tuneup autotune docs/examples/train_images.py -- --batch-size 128
@@ -102,6 +103,11 @@ def make_model(seed: int = 0) -> nn.Module:
     )
 
 
+def default_device() -> str:
+    """The GPU where there is one: what a user with a GPU trains on."""
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
 def make_optimizer(model: nn.Module) -> torch.optim.Optimizer:
     return torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
 
@@ -116,6 +122,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=150, help="training iterations (default 150)")
     parser.add_argument("--batch-size", type=int, default=DEFAULT_BATCH,
                         help=f"samples per optimizer step (default {DEFAULT_BATCH})")
+    parser.add_argument("--device", default=default_device(),
+                        help="where to train (default: cuda when there is a GPU, else cpu)")
     parser.add_argument("--dataset-size", type=int, default=2048)
     args = parser.parse_args(argv)
     if args.steps < 1 or args.batch_size < 1:
@@ -125,9 +133,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    model = make_model()
+    model = make_model().to(args.device)
     optimizer = make_optimizer(model)
-    loop = tuned_loop(model, optimizer)
+    loop = tuned_loop(model, optimizer)  # the loader hands it batches on the model's device
     # The crops draw from torch's global generator; a shuffle with its own generator keeps the
     # sample order whatever the number of workers (without one, tuneup adds no workers).
     loader = tuned_loader(make_dataset(args.dataset_size), batch_size=args.batch_size,

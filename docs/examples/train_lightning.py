@@ -1,7 +1,8 @@
 """A ``lightning.Trainer`` with tuneup's settings: its keyword arguments go through
 ``tuned_trainer_kwargs``.
 
-A small MLP regresses a generated function of its inputs, on the CPU in a few seconds:
+A small MLP regresses a generated function of its inputs in a few seconds (on the GPU where
+there is one: Lightning's ``accelerator="auto"``):
 
     python docs/examples/train_lightning.py
     tuneup autotune docs/examples/train_lightning.py -- --prep 60   # input-bound: tune it
