@@ -1,11 +1,14 @@
 """Loaded by every Python process tuneup starts with this folder first on ``PYTHONPATH``: arms
-the probes whose variables are set (:data:`tuneup.site.PROBES`), then runs the process's own
-``sitecustomize``, if any, as Python would have without this folder. Only ``tuneup`` itself is
-made importable (never the other packages beside it, which would change the job), and a
-``tuneup`` of the job's own wins. Any failure leaves the process unprobed, never broken."""
+the probes whose variables are set (:data:`tuneup.site.PROBES`): at once, or only once the
+process imports the module that arms it (torch, for the watcher's), then runs the process's
+own ``sitecustomize``, if any, as Python would have without this folder.
 
-import importlib.machinery
-import importlib.util
+A process that never imports torch pays only for this file: it imports nothing Python has not
+loaded already (``tuneup`` itself is imported only to arm a probe). Only the ``tuneup``
+package is made importable, and only while a probe is armed (never the other packages beside
+it, which would change the job); a ``tuneup`` of the job's own wins. Any failure leaves the
+process unprobed, never broken."""
+
 import os
 import sys
 
@@ -20,33 +23,85 @@ class _TuneupOnly:
     def find_spec(name, path=None, target=None):
         if name != "tuneup":
             return None
+        import importlib.machinery
+
         return importlib.machinery.PathFinder.find_spec(name, [_ROOT])
 
 
-def _arm_probes():
+def _import_tuneup(module):
+    """``module`` of tuneup, found in the job's environment first, else beside this folder;
+    once ``tuneup`` is imported its submodules need no finder of ours."""
     sys.meta_path.append(_TuneupOnly)  # last: a tuneup installed in the job's own env wins
     try:
-        from tuneup.site import PROBES
+        __import__(module)
+        return sys.modules[module]
+    finally:
+        sys.meta_path.remove(_TuneupOnly)
+
+
+def _install(module):
+    try:
+        _import_tuneup(module).install_from_environment()
+    except Exception:  # noqa: BLE001 - the runner sees an unarmed guard: no journal
+        pass
+
+
+class _When:
+    """Arms a probe when the process first imports ``trigger`` (before it is loaded), then
+    stays in ``sys.meta_path``, inert: removing a finder while the import system iterates the
+    list would skip the next one."""
+
+    def __init__(self, trigger, module):
+        self.trigger, self.module, self.armed = trigger, module, False
+
+    def find_spec(self, name, path=None, target=None):
+        if not self.armed and name == self.trigger:
+            self.armed = True
+            _install(self.module)
+        return None
+
+
+def _probes():
+    """:data:`tuneup.site.PROBES`, read from the file beside this one without importing the
+    package: a process that arms no probe at once imports nothing of tuneup (nor ``typing``,
+    which the package's ``__init__`` needs)."""
+    path = os.path.join(_HERE, "__init__.py")
+    namespace = {"__name__": "tuneup.site", "__file__": path}
+    with open(path, encoding="utf-8") as source:
+        exec(compile(source.read(), path, "exec"), namespace)  # noqa: S102 - our own file
+    return namespace["PROBES"]
+
+
+def _arm_probes():
+    try:
+        probes = _probes()
     except Exception:  # noqa: BLE001
         return
-    for variable, module in PROBES:
+    for variable, module, trigger in probes:
         if os.environ.get(variable):
-            try:
-                importlib.import_module(module).install_from_environment()
-            except Exception:  # noqa: BLE001 - the runner sees an unarmed guard: no journal
-                pass
+            if trigger is None:
+                _install(module)
+            else:
+                sys.meta_path.insert(0, _When(trigger, module))
 
 
 def _chain():
-    for entry in sys.path:
-        if not entry or os.path.realpath(entry) == _HERE:
-            continue
-        candidate = os.path.join(entry, "sitecustomize.py")
-        if os.path.isfile(candidate):
-            spec = importlib.util.spec_from_file_location("_job_sitecustomize", candidate)
-            if spec is not None and spec.loader is not None:
-                spec.loader.exec_module(importlib.util.module_from_spec(spec))
-            return
+    """The job's own ``sitecustomize`` as Python would have run it: this folder leaves
+    ``sys.path``, the first ``sitecustomize`` on the rest (a module or a package, source or
+    compiled) is executed as ``sys.modules["sitecustomize"]`` (``import sitecustomize`` then
+    gives it, and its classes pickle); an error in it propagates to ``site``, which reports
+    it as it would have. Without one, this module stays the process's ``sitecustomize``."""
+    sys.path[:] = [entry for entry in sys.path
+                   if not entry or os.path.realpath(entry) != _HERE]
+    import importlib.machinery
+    import importlib.util
+
+    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", sys.path)
+    if spec is None or spec.loader is None:
+        return
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["sitecustomize"] = module  # the import of this module returns it
+    spec.loader.exec_module(module)
 
 
 _arm_probes()

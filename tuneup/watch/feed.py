@@ -26,6 +26,7 @@ import json
 import os
 import sys
 import time
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -61,12 +62,22 @@ class Feed(hooks.Observer):
 
     def __init__(self, directory: Path, period_s: float = PERIOD_S,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        self.path = directory / f"{os.getpid()}.json"
+        self.directory = directory
         self.period_s = period_s
         self.clock = clock
+        self.broken = False
+        self._start_over()
+        _start_over_when_forked(self)
+
+    def _start_over(self) -> None:
+        """Follow no loader yet, as this process: in a forked child (a helper, a DataLoader
+        worker, a trainer forked by a launcher) the parent's loader and counters are the
+        parent's, never to be published under the child's pid; a child that trains
+        publishes its own loader's once it iterates one."""
+        self.owner = os.getpid()
+        self.path = self.directory / f"{self.owner}.json"
         self.loader: TunedLoader | None = None
         self.due = 0.0  # the clock reading from which the next publish may happen
-        self.broken = False
 
     def batches(self, loader: TunedLoader, source: Iterator[Any]) -> Iterator[Any]:
         """Follow the first loader iterated, or the first linked to a loop (which counts
@@ -94,8 +105,8 @@ class Feed(hooks.Observer):
 
     def publish(self) -> None:
         """Write the counters now (atomically: the watcher never reads half a file)."""
-        if self.loader is None or self.broken:
-            return
+        if self.loader is None or self.broken or os.getpid() != self.owner:
+            return  # nothing to say, or a fork no handler told (``os.fork`` from C code)
         self.due = self.clock() + self.period_s
         try:
             # no fsync: a live reader needs whole files, not files that outlive a crash
@@ -118,6 +129,18 @@ class Feed(hooks.Observer):
             prefetch_factor=dataloader.prefetch_factor, batch_size=dataloader.batch_size,
             torch_threads=torch.get_num_threads(),
         )
+
+
+def _start_over_when_forked(feed: Feed) -> None:
+    """Tell ``feed`` in every child forked from now on (a feed let go is not kept alive)."""
+    reference = weakref.ref(feed)
+
+    def start_over() -> None:
+        alive = reference()
+        if alive is not None:
+            alive._start_over()
+
+    os.register_at_fork(after_in_child=start_over)
 
 
 def read(directory: Path, pids: Iterable[int]) -> tuple[RuntimeSample, ...]:

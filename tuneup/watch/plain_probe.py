@@ -91,7 +91,15 @@ class _Probe:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self.counters = Counters()
+        self.owner = os.getpid()
         self.broken = False
+        os.register_at_fork(after_in_child=self._start_over)
+
+    def _start_over(self) -> None:
+        """In a forked child the counters are the parent's: never publish them under the
+        child's pid; a child that iterates DataLoaders counts its own from zero."""
+        self.counters = Counters()
+        self.owner = os.getpid()
 
     def patch(self, module: Any) -> None:
         """Wrap the iterator base class's ``__next__`` (every DataLoader iterator's)."""
@@ -131,8 +139,9 @@ class _Probe:
         """The counters as a feed record, replaced atomically; silent on failure (the job's
         training matters more than its watcher)."""
         counters = self.counters
-        if self.broken or counters.started is None or _feed_follows_a_loader():
-            return  # nothing yet, or tuneup's wrappers publish through their own feed
+        if (self.broken or counters.started is None or os.getpid() != self.owner
+                or _feed_follows_a_loader()):
+            return  # nothing yet, a fork no handler told, or the wrappers' feed publishes
         loader = counters.loader
         torch = sys.modules.get("torch")
         record = {
