@@ -15,6 +15,7 @@ the log is never cut in the middle of a line.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import logging.handlers
@@ -51,6 +52,8 @@ KEEP_ENDED = 20  # ended jobs the status still lists
 MAX_LISTED = 256  # jobs in the status: with bounded command lines, well under its read limit
 START_TIMEOUT_S = 60.0
 MAX_READY_BYTES = 1 << 16
+FAILURE_WINDOW_S = 60.0  # a log that cannot be written is said once a minute on stderr
+MAX_STDERR_BYTES = 1 << 20  # daemon.stderr is emptied past this
 
 
 def now() -> str:
@@ -153,11 +156,43 @@ class Watched:
 
 
 class _LogFile(logging.handlers.RotatingFileHandler):
-    """Rotated by size, and opened without following a link planted at its name."""
+    """Rotated by size, and opened without following a link planted at its name. A record
+    that cannot be written (a full disk) costs one line on stderr per
+    :data:`FAILURE_WINDOW_S`, with the count lost, never a traceback per record."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.lost = 0
+        self.said_at = -FAILURE_WINDOW_S
 
     def _open(self) -> Any:
         return open(open_append(Path(self.baseFilename)), self.mode, encoding=self.encoding,
                     errors=self.errors)
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        self.lost += 1
+        if time.monotonic() - self.said_at < FAILURE_WINDOW_S:
+            return
+        error = sys.exc_info()[1]
+        reason = getattr(error, "strerror", None) or error or "unknown error"
+        with contextlib.suppress(OSError, ValueError):  # stderr on the full disk too
+            sys.stderr.write(f"{now()} tuneup watch daemon: cannot write the log "
+                             f"{self.baseFilename} ({reason}); {self.lost} record(s) lost, "
+                             f"said again at most every {FAILURE_WINDOW_S:g} s\n")
+            sys.stderr.flush()
+        self.said_at, self.lost = time.monotonic(), 0
+
+
+def cap_stderr(fd: int, path: Path) -> None:
+    """Empty ``fd`` when it is ``path`` (the daemon's ``daemon.stderr``, not a test's
+    terminal) and has grown past :data:`MAX_STDERR_BYTES`, saying so in its first line."""
+    with contextlib.suppress(OSError):
+        status, named = os.fstat(fd), os.stat(path)
+        if ((status.st_dev, status.st_ino) == (named.st_dev, named.st_ino)
+                and status.st_size > MAX_STDERR_BYTES):
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{now()} tuneup watch daemon: {path} grew past "
+                         f"{MAX_STDERR_BYTES >> 20} MiB; its earlier lines were cut\n".encode())
 
 
 def _open_log(path: Path) -> logging.Logger:
@@ -302,6 +337,7 @@ class Daemon:
             due = time.monotonic()
             while not stop.is_set():
                 self.tick()
+                cap_stderr(2, self.state.stderr_file)  # the daemon's stderr is that file
                 due = max(due + self.interval, time.monotonic())  # a slow tick: no catching up
                 stop.wait(due - time.monotonic())
         finally:
