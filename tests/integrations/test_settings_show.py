@@ -94,3 +94,23 @@ def test_help_explains_with_examples():
     result = CliRunner().invoke(settings, ["show", "--help"])
     assert "--as [plain|hf|lightning|env]" in result.output
     assert "tuneup settings show train.py --as hf" in result.output
+
+
+@pytest.mark.parametrize(("measured", "says"), [
+    ({"effective_batch_size": "256"}, "measured.effective_batch_size must be an integer >= 1 "
+                                      "or null, not '256'"),
+    ({"effective_batch_size": 256.0}, "measured.effective_batch_size must be an integer >= 1"),
+    ({"effective_batch_size": 0}, "measured.effective_batch_size must be an integer >= 1"),
+    ({"data_wait_share": "high"}, "measured.data_wait_share must be a number >= 0"),
+    ({"tuned_samples_per_s": True}, "measured.tuned_samples_per_s must be a number >= 0"),
+])
+def test_measured_is_validated_like_the_knobs(tmp_path, measured, says):
+    """Every declared field of ``measured`` by its declared type: a string batch once gave a
+    traceback, a float one ``gradient_accumulation_steps=4.0``."""
+    path = tmp_path / "train.tuneup.json"
+    path.write_text(json.dumps({"schema_version": 1, "knobs": KNOBS,
+                                "measured": {**measured, "speedup": 1.5}}))
+    result = show(str(path), "--as", "hf")
+    assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1, result.output
+    assert result.output.startswith(f"tuneup settings: cannot use {path}: ")
+    assert says in result.output

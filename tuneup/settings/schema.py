@@ -6,8 +6,9 @@ Every knob defaults to ``None``, which means "leave PyTorch's own default alone"
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, ClassVar
+from typing import Any, ClassVar, get_args, get_type_hints
 
 SCHEMA_VERSION = 1
 
@@ -162,6 +163,23 @@ def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
         raise SettingsError(f"{name} must be one of {', '.join(choices)} or null, not {value!r}")
 
 
+def _check_measured(name: str, value: Any, declared: Any) -> None:
+    """``value`` is of its field's declared type: integers are counts of at least one (a
+    batch, ranks), other numbers finite and not negative (speeds, shares), or null."""
+    kinds = set(get_args(declared)) - {type(None)} or {declared}
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if value is None or (bool in kinds and isinstance(value, bool)) or (
+            str in kinds and isinstance(value, str)):
+        return
+    if int in kinds and number and isinstance(value, int) and value >= 1:
+        return
+    if float in kinds and number and math.isfinite(value) and value >= 0:
+        return
+    what = ("an integer >= 1" if int in kinds else "a number >= 0" if float in kinds
+            else "true or false" if bool in kinds else "a string")
+    raise SettingsError(f"measured.{name} must be {what} or null, not {value!r}")
+
+
 @dataclass
 class Measurement:
     """Throughput the autotuner measured, defaults against the chosen knobs."""
@@ -176,6 +194,17 @@ class Measurement:
     # spread (None: one trial): a run compares its own wait with these (runtime/telemetry.py)
     data_wait_share: float | None = None
     data_wait_noise: float | None = None
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Measurement:
+        """Every declared field checked against its declared type, whatever fields are
+        declared (keys it does not declare, e.g. ``speedup``, are left out); raises
+        :class:`SettingsError` naming the first bad one."""
+        hints = get_type_hints(cls)
+        values = {item.name: data.get(item.name) for item in fields(cls)}
+        for name, value in values.items():
+            _check_measured(name, value, hints[name])
+        return cls(**values)
 
     @property
     def speedup(self) -> float | None:
@@ -220,13 +249,12 @@ class Settings:
         measured = _object_or_empty(data, "measured")
         if not isinstance(measured, dict):
             raise SettingsError("'measured' must be an object")
-        known = {f.name for f in fields(Measurement)}
         fingerprint = _object_or_empty(data, "fingerprint")
         if not isinstance(fingerprint, dict):
             raise SettingsError("'fingerprint' must be an object")
         return cls(
             knobs=Knobs.from_dict(_object_or_empty(data, "knobs")),
-            measured=Measurement(**{k: v for k, v in measured.items() if k in known}),
+            measured=Measurement.from_dict(measured),
             fingerprint=fingerprint,
             script=data.get("script"),
             created=data.get("created"),
