@@ -15,7 +15,25 @@ def test_blackwell_on_a_pre_cu128_build_is_arch_unsupported() -> None:
     )
     assert found.severity == "error"
     assert "12.0" in found.message and "sm_90" in found.message
-    assert found.fix == kb.install_fix_text("2.14.1", "cu132")  # the newest verified release
+    assert found.fix == kb.install_fix_text("2.14.1", "cu130")  # newest verified, stable variant
+
+
+def test_blackwell_on_driver_580_names_the_stable_cu130_not_the_experimental_cu132() -> None:
+    found = only(run(machine(cuda_torch("2.5.1+cu121"), "580.65.06", ["NVIDIA GeForce RTX 5080"])),
+                 "TU101")
+    assert "whl/cu130" in found.fix and "cu132" not in found.fix
+
+
+def test_an_experimental_variant_only_where_no_stable_one_fits_and_then_said(monkeypatch) -> None:
+    import dataclasses
+
+    newest = kb.torch_release("2.14.1")
+    only_experimental = dataclasses.replace(newest, experimental=newest.variants)
+    installed = kb.torch_release("2.5.1")
+    monkeypatch.setattr(kb, "releases", lambda: (installed, only_experimental))
+    found = only(run(machine(cuda_torch("2.5.1+cu121"), "590.48.01", ["NVIDIA GeForce RTX 5090"])),
+                 "TU101")
+    assert "whl/cu132" in found.fix and "experimental in PyTorch's release matrix" in found.fix
 
 
 def test_arch_list_from_torch_wins_over_tables() -> None:

@@ -38,7 +38,7 @@ def test_the_same_wheel_as_the_doctor_s_fix_for_that_machine(case):
 
 
 @pytest.mark.parametrize(("driver", "gpu", "cc", "python", "version", "variant"), [
-    ("580.159.04", "NVIDIA H200", "9.0", "3.12.3", "2.13.0", "cu132"),  # the GPU run's machine
+    ("580.159.04", "NVIDIA H200", "9.0", "3.12.3", "2.13.0", "cu130"),  # stable, not exp. cu132
     ("570.124.04", "NVIDIA GeForce RTX 5090", "12.0", "3.12.9", "2.11.0", "cu128"),  # 2.13: R580
     ("570.124.04", "NVIDIA GeForce RTX 4090", None, "3.11.7", "2.13.0", "cu126"),  # CC by name
     ("535.104.05", "NVIDIA A100-SXM4-80GB", "8.0", "3.11.7", "2.13.0", "cu126"),
@@ -60,7 +60,8 @@ def test_no_nvidia_gpu_gets_the_cpu_wheel():
 def test_a_pinned_release_no_variant_of_which_fits_falls_back_to_the_cpu_wheel():
     chosen = choose(NvidiaFacts("570.124.04", (("NVIDIA GeForce RTX 5090", "12.0"),)), "3.12.9",
                     wanted="2.13.0", pinned=True)
-    assert chosen.variant == "cpu" and "no torch 2.13.0 wheel in tuneup's tables fits" in chosen.reason
+    assert chosen.variant == "cpu"
+    assert "no torch 2.13.0 wheel in tuneup's tables fits" in chosen.reason
 
 
 def test_the_variables_override_the_choice():
@@ -69,7 +70,7 @@ def test_the_variables_override_the_choice():
                            lambda: h200, "3.12.3")
     assert own.pip_args() == ["torch==2.13.0", "--index-url", "https://mirror.example/whl/cu130"]
     pinned = from_environment({"TUNEUP_TORCH": "2.12.1"}, lambda: h200, "3.12.3")
-    assert pinned.pip_args() == ["torch==2.12.1", "--index-url", index("cu132")]
+    assert pinned.pip_args() == ["torch==2.12.1", "--index-url", index("cu130")]
     assert from_environment({}, lambda: None, "3.12.3").pip_args()[-1] == CPU_INDEX
 
 

@@ -56,6 +56,7 @@ class Release:
     verified: bool
     source: str
     python_max_by_os: tuple[tuple[str, str], ...] = ()  # ("windows", "3.12"): a narrower range
+    experimental: tuple[str, ...] = ()  # variants PyTorch's release matrix marks experimental
 
     def python_max_on(self, os_family: str | None) -> str:
         """The newest Python with wheels on ``os_family`` (the release's own when not narrower)."""
@@ -367,6 +368,7 @@ def releases() -> tuple[Release, ...]:
                     tuple(pair.split(":", 1))  # type: ignore[misc]
                     for pair in _split(r.get("python_max_by_os") or "")
                 ),
+                _split(r.get("experimental") or ""),
             )
         )
     return tuple(sorted(rows, key=lambda rel: versions.major_minor(rel.release) or (0, 0)))

@@ -25,25 +25,30 @@ def find_wheel(
 ) -> tuple[kb.Release, str] | None:
     """(release, variant): ``start`` (the user's pinned release) when one of its wheels fits,
     else the newest release whose wheel covers ``cc`` and every other GPU of the machine, runs
-    on the driver and exists for the machine's Python; None when no table row fits."""
+    on the driver and exists for the machine's Python; None when no table row fits. Variants
+    PyTorch's release matrix calls experimental (cu132 of 2.12-2.14) only when no stable one
+    fits any release."""
     platform = "windows" if ctx.os_family == "windows" else "linux"
     others = {gpu.cc for gpu in ctx.nvidia_gpus if gpu.cc} if every_gpu else set()
     ccs = {cc} | others if cc is not None else set()
-    for release in _search_order(start, same_release_only):
-        if ctx.python and not kb.python_supported(release, ctx.python, ctx.os_family):
-            continue
-        newest_first = sorted(
-            release.variants, key=lambda v: versions.major_minor(versions.cuda_from_tag(v)), reverse=True
-        )
-        for name in newest_first:
-            if ctx.driver_runs(versions.cuda_from_tag(name) or "") is False:
+    for stable in (True, False):
+        for release in _search_order(start, same_release_only):
+            if ctx.python and not kb.python_supported(release, ctx.python, ctx.os_family):
                 continue
-            if ccs:
-                row = kb.variant(release.release, name, platform)
-                if row is None or not all(kb.arch_covers(row.arches, row.ptx, c) for c in ccs):
+            names = [v for v in release.variants if (v in release.experimental) != stable]
+            for name in sorted(names, key=_cuda_of, reverse=True):
+                if ctx.driver_runs(versions.cuda_from_tag(name) or "") is False:
                     continue
-            return release, name
+                if ccs:
+                    row = kb.variant(release.release, name, platform)
+                    if row is None or not all(kb.arch_covers(row.arches, row.ptx, c) for c in ccs):
+                        continue
+                return release, name
     return None
+
+
+def _cuda_of(variant: str) -> tuple[int, int]:
+    return versions.major_minor(versions.cuda_from_tag(variant)) or (0, 0)
 
 
 def install_fix(ctx: Context, release: kb.Release, variant: str) -> str:
@@ -52,4 +57,8 @@ def install_fix(ctx: Context, release: kb.Release, variant: str) -> str:
     build = ctx.build
     same = build.release is not None and build.release.release == release.release
     version = build.base_version if same and build.base_version else release.latest
-    return kb.install_fix_text(version, variant)
+    text = kb.install_fix_text(version, variant)
+    if variant in release.experimental:
+        text += (f"; {variant} is experimental in PyTorch's release matrix for {release.release}: "
+                 "no stable variant fits this machine")
+    return text
