@@ -96,8 +96,9 @@ class Landscape:
         return self.memory_limit is None or (knobs.micro_batch_size or self.batch) \
             <= self.memory_limit
 
-    def step(self, knobs: Knobs) -> tuple[float, float]:
-        """The true step time of ``knobs`` and its data-wait share (no noise)."""
+    def step(self, knobs: Knobs) -> tuple[float, float, float]:
+        """The true step time of ``knobs``, its data-wait share and the device's busy time
+        a step (CUDA: the compute; CPU: the step less its wait), without noise."""
         precision = knobs.amp_dtype or ("high" if knobs.float32_matmul_precision == "high"
                                         else "float32")
         compute = self.compute_s.get(precision, self.compute_s["float32"])
@@ -124,7 +125,7 @@ class Landscape:
         main = compute + host + copy
         if not workers:
             step = self.data_s + main
-            wait = self.data_s + copy
+            wait = self.data_s
         else:
             usable = max(1, self.cores - (0 if self.device == "cpu" else 1))
             decoders = min(workers, usable) + 0.25 * max(0, workers - usable)
@@ -132,10 +133,12 @@ class Landscape:
             step = max(supply, main)
             near = math.exp(-5 * abs(math.log(supply / main))) if supply > 0 else 0.0
             step *= 1 + near * (0.03 if knobs.prefetch_factor else 0.08)
-            wait = copy + max(0.0, step - main)
-        if self.measured and describe(knobs) in self.measured:
-            step = self.batch / self.measured[describe(knobs)]
-        return step, min(1.0, wait / step)
+            wait = max(0.0, step - main)
+        device = compute if self.device == "cuda" else step - wait
+        if self.measured and describe(knobs) in self.measured:  # the parts scaled alike
+            measured = self.batch / self.measured[describe(knobs)]
+            wait, device, step = (wait * measured / step, device * measured / step, measured)
+        return step, min(1.0, wait / step), device
 
     def value(self, knobs: Knobs, expected_steps: int) -> float:
         """Step time with compile's cost spread over the run: what the pick is judged on."""
@@ -171,7 +174,8 @@ class Landscape:
 class Replay:
     """An executor answering trials from a landscape on a simulated clock."""
 
-    def __init__(self, land: Landscape, budget: float, seed: int) -> None:
+    def __init__(self, land: Landscape, budget: float, seed: int, trace: bool = False) -> None:
+        self.trace = trace
         self.land = land
         self.facts = land.facts()
         self.startup_s = land.startup_s
@@ -203,6 +207,11 @@ class Replay:
                 results.append(TrialResult(trial, protocol.BUDGET, message="budget"))
                 continue
             results.append(self._one(trial))
+            if self.trace:
+                result = results[-1]
+                speed = self.land.batch / result.step_time if result.ok else 0.0
+                print(f"  {trial.id:<45} {result.status:<7} {speed:9.0f}/s "
+                      f"wait {result.data_wait_share or 0:.0%}  ({self.time_left():.0f} s left)")
         return results
 
     def _one(self, trial: Trial) -> TrialResult:
@@ -212,7 +221,7 @@ class Replay:
             self.clock += land.warmup_s
             self.alive = False  # an out-of-memory trial ends the process
             return TrialResult(trial, protocol.OOM, message="CUDA out of memory")
-        step, wait = land.step(knobs)
+        step, wait, device = land.step(knobs)
         warmup = land.warmup_s + land.worker_start_s * (knobs.num_workers or 0) + \
             WARMUP_STEPS * step
         if knobs.compile_mode:
@@ -233,6 +242,7 @@ class Replay:
         return TrialResult.from_event(trial, {
             "status": protocol.OK, "step_s_all": times, "step_s": statistics.fmean(times),
             "warmup_s": warmup, "data_wait_share": wait, "peak_memory_bytes": 2**30,
+            "device_s": device * shift,
             "check_losses": LOSSES if trial.check else None})
 
 
@@ -321,17 +331,33 @@ class Replayed:
 
 
 def replay(land: Landscape, budget: float, seed: int = 0,
-           options: Options | None = None) -> Replayed:
+           options: Options | None = None, trace: bool = False) -> Replayed:
     options = options or Options()
-    executor = Replay(land, budget, seed)
+    executor = Replay(land, budget, seed, trace)
+    on_stage = (lambda name: print(f"[{name}]")) if trace else None
     try:
-        outcome = Search(executor, options).run()
+        outcome = Search(executor, options, on_stage=on_stage).run()
         pick = outcome.knobs
-    except SearchError:
+        if trace:
+            print("\n".join(["notes:", *outcome.notes]))
+    except SearchError as error:
         pick = Knobs()
-    best = min(land.value(k, options.expected_steps) for k in land.grid())
+        if trace:
+            print(f"error: {error}")
+    best = best_value(land, options.expected_steps)
     return Replayed(land, budget, best / land.value(pick, options.expected_steps), pick,
                     executor.clock)
+
+
+BEST: dict[tuple[int, int], float] = {}
+
+
+def best_value(land: Landscape, expected_steps: int) -> float:
+    """The landscape's best step time (compile's cost spread), once per landscape."""
+    key = (id(land), expected_steps)
+    if key not in BEST:
+        BEST[key] = min(land.value(k, expected_steps) for k in land.grid())
+    return BEST[key]
 
 
 def worst_share(values: list[float], share: float = 0.05) -> float:
@@ -362,17 +388,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budgets", default="60,120")
     parser.add_argument("--only", default="", help="landscape names, comma-separated")
     parser.add_argument("--show", action="store_true", help="each landscape's pick")
+    parser.add_argument("--trace", action="store_true", help="every trial (with --only)")
     args = parser.parse_args(argv)
     lands = modelled(args.count, args.seed) + recorded()
     if args.only:
         lands = [land for land in lands if land.name in args.only.split(",")]
     started = time.perf_counter()
-    results = [replay(land, float(budget), seed=args.seed + i)
+    results = [replay(land, float(budget), seed=args.seed + i, trace=args.trace)
                for budget in args.budgets.split(",") for i, land in enumerate(lands)]
     print(table(results))
     if args.show:
         for r in sorted(results, key=lambda r: r.ratio):
-            print(f"{r.land.name:>22} {r.budget:>4.0f} s {r.ratio:.3f} {describe(r.pick)}")
+            best = min(r.land.grid(), key=lambda k: r.land.value(k, 5000)) if args.trace \
+                else r.pick
+            print(f"{r.land.name:>14} {r.budget:>4.0f} s {r.ratio:.3f} {describe(r.pick):<40} "
+                  f"best: {describe(best)}")
     print(f"{len(results)} replays in {time.perf_counter() - started:.0f} s")
     return 0
 

@@ -29,7 +29,7 @@ def test_recorded_landscapes_keep_the_measured_speeds(harness):
     lands = {land.name: land for land in harness.recorded()}
     images = lands["h200-images"]
     assert images.kind == "recorded" and images.device == "cuda"
-    step, wait = images.step(Knobs())
+    step, wait, _ = images.step(Knobs())
     assert 256 / step == pytest.approx(1090)  # the defaults' mean over 13 trials
     assert wait > 0.8  # `tuneup watch` measured 88 %
     best = min(images.grid(), key=lambda k: images.value(k, 5000))
@@ -49,3 +49,13 @@ def test_a_flat_landscape_is_solved_and_the_table_has_each_kind(harness):
     assert all(0 < r.ratio <= 1.0 + 1e-9 and r.used_s <= 60.0 + 1e-9 for r in results)
     text = harness.table(results)
     assert "| 60 s | gpu | 2 |" in text and "| 60 s | all | 4 |" in text
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_the_h200_image_landscape_at_60_s_finds_workers_and_pinned_memory(harness, seed):
+    """On the H200 the 60 s search kept PyTorch's defaults (12 trials of bf16 and the
+    defaults); replayed, the breakdown predicts the workers first."""
+    images = next(land for land in harness.recorded() if land.name == "h200-images")
+    result = harness.replay(images, 60.0, seed=seed)
+    assert result.pick.num_workers >= 8 and result.pick.pin_memory
+    assert result.ratio >= 0.85

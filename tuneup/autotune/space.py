@@ -34,6 +34,7 @@ class ScriptFacts:
     shuffles: bool = True  # the loader's order depends on a random generator
     trials_per_process: int | None = None  # a trainer runs one (None: as many as a plan has)
     step_batch: int | None = None  # per rank and optimizer step, where a trainer accumulates
+    convolutions: bool | None = None  # the model has convolution layers (None: not said)
 
     @classmethod
     def from_hello(cls, event: dict[str, Any]) -> ScriptFacts:
@@ -56,6 +57,8 @@ class ScriptFacts:
             shuffles=event.get("shuffles") is not False,
             trials_per_process=_positive_int(event.get("trials_per_process")),
             step_batch=_positive_int(event.get("samples_per_step")),
+            convolutions=(bool(event["convolutions"]) if isinstance(event.get("convolutions"), bool)
+                          else None),
         )
 
     @property

@@ -75,6 +75,11 @@ class TrialResult:
     step_s: float | None = None
     step_s_all: list[float] = field(default_factory=list)
     data_wait_share: float | None = None
+    # the step's time split: seconds a step the device was busy (CUDA events around the
+    # step; on a CPU the compute, the step less its data wait), and the host's (CUDA: the
+    # step's wall time less device and data wait: Python, launches, syncs, copies)
+    device_s: float | None = None
+    host_s: float | None = None
     warmup_s: float | None = None
     check_losses: list[float] | None = None
     peak_memory_bytes: int | None = None
@@ -99,6 +104,8 @@ class TrialResult:
             step_s=number("step_s"),
             step_s_all=[float(s) for s in event.get("step_s_all") or [] if _is_number(s) and s > 0],
             data_wait_share=number("data_wait_share"),
+            device_s=number("device_s"),
+            host_s=number("host_s"),
             warmup_s=number("warmup_s"),
             check_losses=[_loss(v) for v in losses] if isinstance(losses, list) else None,
             peak_memory_bytes=int(peak) if _is_number(peak) else None,
@@ -135,6 +142,19 @@ class TrialResult:
     def noise(self) -> float:
         """Relative standard error of :attr:`step_time` (see :attr:`Timing.noise`)."""
         return self.timing.noise
+
+    @property
+    def breakdown(self) -> dict[str, float] | None:
+        """Where a step's time goes, in seconds: ``data_wait``, ``device`` (the compute on a
+        CPU) and ``host`` (0 where not measured apart); None without a step time."""
+        step = self.step_time
+        if not step:
+            return None
+        wait = min(step, step * (self.data_wait_share or 0.0))
+        busy = step - wait
+        device = busy if self.device_s is None else min(busy, max(0.0, self.device_s))
+        host = busy - device if self.host_s is not None or self.device_s is not None else 0.0
+        return {"step": step, "data_wait": wait, "device": device, "host": host}
 
 
 def typical_step(results: list[TrialResult]) -> float:

@@ -1,35 +1,33 @@
 """The budgeted, staged search: which knobs to try, in what order, and what to keep.
 
-Not a grid. After one baseline trial (plain PyTorch), stages run in order of expected
-impact, each starting from the best settings so far (the *incumbent*) and measuring it
-again in the same process as its candidates, so every comparison is like for like:
+Not a grid. After one baseline trial (plain PyTorch), the step's time split (data wait,
+device, host: :attr:`TrialResult.breakdown`) gives each stage a ceiling by Amdahl's law
+(:mod:`~tuneup.autotune.search.policy`), and stages run in order of ceiling, recomputed
+from the incumbent's latest run after each one; a stage whose ceiling is within the noise
+is skipped with a note saying why. Where the breakdown predicts more than one change (the
+workers that hide the data wait, pinned memory, a GPU's autocast dtype) that point is
+measured first, and the stages verify each part from there. Each stage starts from the best
+settings so far (the *incumbent*) and measures it again in the same process as its
+candidates, so every comparison is like for like:
 
 * ``amp``      autocast dtypes the device supports (CUDA also TF32 matmuls), loss-checked;
-* ``batch``    smaller micro-batches (same effective batch), early stop; skipped when the
-               script cannot be micro-batched (the child says why);
-* ``loader``   ``num_workers`` upwards with early stop, then ``prefetch_factor`` /
-               ``pin_memory`` where they matter and ``persistent_workers`` from the
-               measured worker start-up (only for loaders that do not shuffle);
+* ``loader``   the predicted ``num_workers`` and its neighbours (half, twice);
+* ``loader_extras``  ``pin_memory`` on CUDA, ``prefetch_factor`` while the loop waits;
+* ``batch``    smaller micro-batches (same effective batch): for memory headroom, or on a
+               CPU where its ceiling (cache effects) clears the noise;
 * ``threads``  intra-op threads on a CPU run, where workers and threads share the cores;
-* ``compile``  last (but for the deeper prefetch below) and amortised: kept only when the
-               saved step time times the expected steps exceeds the measured compile
-               time, and its losses match eager;
+* ``cudnn``    cuDNN's autotuner, where the model has convolutions;
+* ``compile``  last and amortised: kept only when the saved step time times the expected
+               steps exceeds the measured compile time, and its losses match eager;
 * ``deeper_prefetch``  after compile, when the compiled loop waits for data.
 
-An input-bound baseline visits ``loader`` and its extras right after ``amp`` (which sets the
-compute step the workers must keep up with). A stage that found nothing is visited again
-once if later stages moved the incumbent. A stage whose budget held no race rounds adopts a
-change only beyond twice the machine's window-to-window spread; on a CPU a micro-batch
-is kept only when its race shows it faster beyond noise. Finally the winner, the
-defaults and a rival (a doubtful change undone, the other side of the compile race, the
-smallest gain undone, or else the fastest other setting measured) are re-run interleaved
-until each comparison is settled or the budget is spent: within noise the simpler settings
-win, compile is decided on its race's rounds and these together, and the rival is reported
-as the runner-up with the confidence that the pick is faster.
+A stage whose ceiling is below compile's (or visited again) leaves compile its share of the
+budget. Finally the winner, the defaults and a rival are re-run interleaved
+(:mod:`~tuneup.autotune.search.confirm`): within noise the simpler settings win.
 
 Modules: ``budget`` (what fits), ``judge`` (pure verdicts on measurements), ``verdict``
 (when interleaved rounds settle a comparison), ``stages`` (the registry), ``confirm``,
-``run`` (the orchestration).
+``policy`` (ceilings, order, spend), ``run`` (the orchestration).
 """
 
 from tuneup.autotune.search.budget import Executor

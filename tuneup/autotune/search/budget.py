@@ -16,6 +16,7 @@ COMPILE_GUESS_S = 20.0  # compile-trial overhead assumed before one has been mea
 # against 9.4 s for train_mlp.py; a quarter of the cold compile leaves room for larger graphs.
 WARM_COMPILE_SHARE = 0.25
 DEFAULT_STARTUP_S = 5.0
+CONFIRM_ROUNDS = 1  # held for the confirmation while the stages run
 WINDOW = protocol.WINDOW_DEFAULTS
 
 
@@ -111,9 +112,11 @@ class Budget:
         return bool(space.compile_modes(facts)) and left >= 0
 
     def confirm_reserve(self) -> float:
-        """Two confirmation rounds of the pick and the defaults, in a process that compiles
-        (warm) once when the pick is compiled."""
-        rounds = 2 * (self.trial_seconds() + self.trial_seconds(self.baseline))
+        """One confirmation round of the pick and the defaults, in a process that compiles
+        (warm) once when the pick is compiled: with the runs the stages made of each (the
+        baseline, the incumbent re-run beside every stage's candidates, the races) one more
+        pair gives the pick's interval; what the stages leave over buys more rounds."""
+        rounds = CONFIRM_ROUNDS * (self.trial_seconds() + self.trial_seconds(self.baseline))
         compile_s = self.warm_compile_seconds() if self.compile_s else 0.0
         return self.plan_startup_seconds() + compile_s + rounds
 

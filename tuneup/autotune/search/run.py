@@ -6,16 +6,17 @@ import math
 from collections.abc import Callable
 
 from tuneup.autotune import protocol
-from tuneup.autotune.search.budget import Budget, Executor
+from tuneup.autotune.search import policy
+from tuneup.autotune.search.budget import COMPILE_GUESS_S, Budget, Executor
 from tuneup.autotune.search.confirm import confirm
 from tuneup.autotune.search.judge import Judge, Options, Rejection
 from tuneup.autotune.search.labels import complexity, consistent, describe
 from tuneup.autotune.search.outcome import Change, Outcome
 from tuneup.autotune.search.stages import (LOW_IMPACT_ROUNDS, STAGES, CompileRace,
-                                           measure_baseline, prefetch_to_try)
+                                           measure_baseline, prediction, prefetch_to_try)
 from tuneup.autotune.search.verdict import (interval_gain, is_look, paired_reason, verdict,
                                             window_noise)
-from tuneup.autotune.space import ScriptFacts
+from tuneup.autotune.space import GROUPS, ScriptFacts
 from tuneup.autotune.trials import (Trial, TrialResult, log_ratio_interval, merge,
                                     paired_steps, typical_step)
 from tuneup.settings import Knobs
@@ -25,12 +26,6 @@ RACE_REACH = 0.2  # candidates measured this much slower than the best are not r
 RACE_ROUNDS = 6  # interleaved rounds of a stage's contenders at most (low-impact stages: 2)
 UNRACED_SPREADS = 2  # window-to-window spreads an unraced candidate's single window must clear
 
-
-# Stages that must leave room for compile (and race 2 rounds, as does the deeper prefetch
-# after compile). Threads too: the loader stage already tries the threads the workers leave
-# over, where workers and threads compete for the cores.
-LOW_IMPACT = ("batch", "threads", "loader_extras", "deeper_prefetch")
-INPUT_BOUND_SHARE = 0.3  # baseline data-wait share above which the loader goes first
 
 
 class Search:
@@ -59,6 +54,8 @@ class Search:
         self.stage_label = "baseline"
         self.compile_race: CompileRace | None = None  # for the confirmation to go on with
         self.compile_to_come = False  # races hold compile's share of the budget while True
+        self.low_impact = False  # the stage's ceiling is below compile's: fewer race rounds
+        self.more_to_come = False  # a stage still to run could gain more than a tie here
         self._ids: dict[str, int] = {}
 
     @property
@@ -171,8 +168,10 @@ class Search:
         # (left out when 20 % behind, train_mlp's loader stage twice took workers=2 on it,
         # which the plain harness measures 30 % slower there: 0.71 and 0.62 of the best)
         contenders = [reference, *raced]
-        if rounds is None:
-            rounds = LOW_IMPACT_ROUNDS if stage in LOW_IMPACT else RACE_ROUNDS
+        if rounds is None and self._clear_winner(reference, accepted):
+            rounds = 0  # one window each already tells them apart: no rounds to spend
+        if rounds is None:  # a close call is worth fewer rounds than a larger gain to come
+            rounds = LOW_IMPACT_ROUNDS if self.low_impact or self.more_to_come else RACE_ROUNDS
         runs = self.race(contenders, rounds)
         merged = {knobs: merge(results) for knobs, results in runs.items()}
         survivors = {k: r for k, r in merged.items() if r is not None}
@@ -182,8 +181,10 @@ class Search:
         near = [survivors[k] for k, step in typical.items() if step * (1 - gain) <= fastest]
         # among equal weights the faster, but one window each decides no tie: the reference
         unraced = not any(len(v) > 1 for v in runs.values())
+        # fewer workers weigh less too: less memory and start-up for the same speed
         chosen = min(near, key=lambda r: (complexity(r.trial.knobs),
                                           unraced and r.trial.knobs != reference.trial.knobs,
+                                          r.trial.knobs.num_workers or 0,
                                           typical[r.trial.knobs]))
         if self.compile_to_come:
             chosen = deepest_prefetch(chosen, near)
@@ -203,6 +204,18 @@ class Search:
             self.reject(result, judge.versus(result, sweep), on_speed=True)
         self.adopt(chosen, reference, stage)
         return chosen
+
+    def _clear_winner(self, reference: TrialResult, accepted: list[TrialResult]) -> bool:
+        """The fastest candidate leads the reference and every other candidate by a large
+        gain (:data:`policy.LARGE_GAIN`) beyond the windows' noise: rounds would not change
+        the pick."""
+        speed = self.judge.speed
+        ranked = sorted([reference, *accepted], key=speed, reverse=True)
+        if len(ranked) < 2 or ranked[0] is reference:
+            return False
+        lead = speed(ranked[0]) / speed(ranked[1])
+        noise = 2 * max(r.noise for r in ranked[:2]) + 2 * window_noise(self.results)
+        return lead >= policy.LARGE_GAIN * (1 + noise)
 
     def _faster_beyond_noise(self, runs: dict[Knobs, list[TrialResult]], chosen: TrialResult,
                              reference: TrialResult) -> bool:
@@ -358,56 +371,84 @@ class Search:
         self.judge.reference_losses = [v for v in baseline.check_losses or []
                                        if math.isfinite(v)]
         self.on_best(self.judge.speed(baseline), 1.0, describe(self.incumbent))
-        names = self.stage_order(baseline)
+        names = self.stage_names()
         with_compile = "compile" in names
-        visited: list[tuple[str, Knobs]] = []  # (stage, incumbent when it found nothing)
         self.compile_to_come = with_compile
-        for name in [s for s in names if s != "compile"]:
-            before = self.incumbent
-            self.run_stage(name)
-            if self.incumbent == before:
-                visited.append((name, before))
-        for name, knobs in visited:  # once more where later stages moved the incumbent
-            if self.incumbent != knobs:
-                self.run_stage(name, again=True)
-        self.compile_to_come = False
+        pending = [s for s in names if s != "compile"]
+        if prediction(self) is not None:
+            self.more_to_come = True
+            self.run_stage("predict")
+        visited: dict[str, Knobs] = {}  # stage -> the incumbent it left
+        again: set[str] = set()  # visited twice: once more where later stages moved it
+        while True:
+            ready = [(s, False) for s in pending] + [
+                (s, True) for s, knobs in visited.items()
+                if s not in again and knobs != self.incumbent]
+            if not ready:
+                break
+            scored = {s: self.ceiling(s) for s, _ in ready}
+            name, is_again = max(ready, key=lambda item: scored[item[0]].factor)
+            if not self.worth_trying(scored[name]):
+                break
+            if is_again:
+                again.add(name)
+            else:
+                pending.remove(name)
+            self.more_to_come = any(scored[s].factor >= policy.LARGE_GAIN
+                                    for s, _ in ready if s != name)
+            self.run_stage(name, again=is_again)
+            visited[name] = self.incumbent
+        for name in pending:  # never ran: below the noise, said why
+            self.note(self.ceiling(name).skipped())
+        self.compile_to_come = self.more_to_come = False
         if with_compile:
-            self.run_stage("compile")
-            if self.incumbent.compile_mode and "loader" in self.options.groups:
-                self.run_stage("deeper_prefetch")
+            ceiling = self.ceiling("compile")
+            if self.worth_trying(ceiling):
+                self.run_stage("compile")
+                if self.incumbent.compile_mode and "loader" in self.options.groups:
+                    self.run_stage("deeper_prefetch")
+            else:
+                self.note(ceiling.skipped())
         self.budget.reserve_s = 0.0
         return confirm(self)
 
-    def stage_order(self, baseline: TrialResult) -> list[str]:
-        """Stages by expected impact on this run; low-impact ones late, compile always last.
+    def stage_names(self) -> list[str]:
+        """The stages this run's groups and device allow (the order is the ceilings')."""
+        names = [s for s, group in policy.STAGE_GROUPS.items() if group in self.options.groups]
+        return [s for s in names if not (s in ("threads",) and self.facts.on_cuda)
+                and not (s == "cudnn" and not self.facts.on_cuda)]
 
-        CUDA: amp, batch (memory headroom), loader, loader extras, compile.
-        CPU: amp, loader (with the threads workers leave over), threads, batch (rarely more
-        than cache effects), loader extras, compile. Input-bound (waiting for data >= 30 %
-        of the step): the loader and its extras right after amp. amp stays first: it sets
-        the compute step the workers must keep up with (on docs/examples/train_images.py two
-        workers tie with one in float32 and beat it by 5-75 % in bfloat16, in five grids);
-        an amp gain the data wait hides is looked for again once workers feed the model.
-        """
-        order = (("amp", "batch", "loader", "loader_extras", "compile") if self.facts.on_cuda
-                 else ("amp", "loader", "threads", "batch", "loader_extras", "compile"))
-        names = [s for s in order if s.split("_")[0] in self.options.groups]
-        if (baseline.data_wait_share or 0) >= INPUT_BOUND_SHARE and "loader" in names:
-            early = [s for s in ("loader", "loader_extras") if s in names]
-            rest = [s for s in names if s not in early]
-            at = int(rest[:1] == ["amp"])
-            names = rest[:at] + early + rest[at:]
-        return names
+    def ceiling(self, name: str) -> policy.Ceiling:
+        """``name``'s ceiling from the incumbent's latest run (see :mod:`policy`)."""
+        return policy.ceiling(name, self.budget.typical, self.facts,
+                              self.incumbent.num_workers or 0, self.options.expected_steps,
+                              self.budget.compile_s or COMPILE_GUESS_S)
+
+    def worth_trying(self, ceiling: policy.Ceiling) -> bool:
+        """Whether a stage's ceiling clears the noise; a stage asked for by name (``--only``
+        narrowing the groups) runs whatever its ceiling, as does a micro-batch for memory."""
+        if ceiling.stage == "batch" and self._needs_headroom():
+            return True  # a change made for memory, whatever its speed
+        if self.options.groups != frozenset(GROUPS):
+            return True
+        return policy.worth_trying(ceiling, self.budget.typical, self.options.min_gain,
+                                   window_noise(self.results))
+
+    def _needs_headroom(self) -> bool:
+        cap, result = self.options.max_memory_bytes, self.incumbent_result
+        return bool(cap and result and result.peak_memory_bytes
+                    and result.peak_memory_bytes > cap * self.options.memory_headroom)
 
     def run_stage(self, name: str, again: bool = False) -> None:
-        # a loop still waiting for data makes its prefetch depth no low-impact knob on the
-        # first visit; a second one only re-checks (train_images' second prefetch race, 30 s,
-        # left compile no room). amp and loader stay high-impact when visited again (held to
-        # compile's share, amp's second visit was skipped; the pick went without bfloat16)
-        low_impact = (name in LOW_IMPACT and self.compile_to_come
-                      and self.budget.compile_fits(self.facts)
+        # a stage whose ceiling is below compile's, or visited again (a re-check), leaves
+        # compile its share of the budget and races fewer rounds; a loop still waiting for
+        # data makes its prefetch depth no low-impact knob on the first visit
+        low_impact = (self.compile_to_come and self.budget.compile_fits(self.facts)
+                      and name != "compile"
+                      and (again or self.ceiling(name).factor < self.ceiling("compile").factor)
                       and not (name == "loader_extras" and not again
                                and prefetch_to_try(self, self.incumbent_result)))
+        self.low_impact = low_impact or name == "deeper_prefetch"
         self.budget.reserve_s = self.budget.compile_seconds() if low_impact else 0.0
         self.stage_label = name + (" (again)" if again else "")
         self.on_stage(self.stage_label)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from tuneup.autotune import protocol, space
+from tuneup.autotune.search import policy
 from tuneup.autotune.search.budget import COMPILE_GUESS_S
 from tuneup.autotune.search.judge import Rejection
 from tuneup.autotune.search.outcome import SearchError
@@ -117,9 +118,34 @@ def _fitting_micro_batch(search: Search, failed: TrialResult) -> TrialResult:
     return failed
 
 
+def prediction(search: Search) -> Knobs | None:
+    """The point the incumbent's breakdown predicts (:func:`policy.predicted_point`) when
+    it changes more than one thing (one change is its stage's business), none of them
+    banned."""
+    point = policy.predicted_point(search.incumbent_result, search.facts, search.incumbent,
+                                   search.options.groups, search.options.min_gain)
+    changed = [k for k, v in point.to_dict().items() if getattr(search.incumbent, k) != v]
+    if len(changed) < 2 or any((k, getattr(point, k)) in search.banned for k in changed) \
+            or any(k in search.facts.fixed_knobs for k in changed):
+        return None
+    return point
+
+
+@stage("predict")
+def predict(search: Search) -> None:
+    """The predicted point measured beside the incumbent; the stages then verify each of
+    its parts from there."""
+    point = prediction(search)
+    if point is not None:
+        search.compare("predict", [search.trial(point, check=point.amp_dtype is not None)])
+
+
 @stage("amp")
 def amp(search: Search) -> None:
-    trials = search.candidates("amp_dtype", list(space.amp_dtypes(search.facts)), check=True)
+    dtypes: list[object] = list(space.amp_dtypes(search.facts))
+    if search.incumbent.amp_dtype is not None:  # taken on a prediction: float32 again
+        dtypes.append(None)
+    trials = search.candidates("amp_dtype", dtypes, check=True)
     if search.incumbent.amp_dtype is None:
         trials += search.candidates("float32_matmul_precision",
                                     list(space.matmul_precisions(search.facts)), check=True)
@@ -179,15 +205,15 @@ def stop_when_flat(search: Search, patience: int = 1) -> Callable[[TrialResult],
 
 @stage("loader")
 def loader(search: Search) -> None:
+    """The predicted worker count first, then its neighbours (see
+    :func:`policy.predicted_workers`), measured beside the incumbent and raced."""
     current = search.incumbent.num_workers or 0
-    workers = [n for n in space.worker_counts(search.facts) if n > current]
+    workers = policy.predicted_workers(search.incumbent_result, search.facts, current)
     trials = search.candidates("num_workers", workers)
-    sharing = _shares_cores(search)
-    if sharing:  # each count also with the threads the workers leave over
+    if _shares_cores(search):  # each count also with the threads the workers leave over
         trials = [t for trial in trials for t in (trial, *_leftover_threads(search, trial))]
     if trials:
-        patience = 4 if sharing else 2  # two worker counts in a row without gain
-        search.compare("loader", trials, stop=stop_when_flat(search, patience))
+        search.compare("loader", trials)
     if search.incumbent.num_workers and search.incumbent_result is not None:
         _decide_persistent_workers(search)
 
@@ -297,10 +323,14 @@ class CompileRace:
     rejection: Rejection | None = None
 
 
+@stage("cudnn")
+def cudnn(search: Search) -> None:
+    """cuDNN's autotuner, where the model has convolutions (its ceiling is 1 otherwise)."""
+    search.compare("cudnn", search.candidates("cudnn_benchmark", [True]))
+
+
 @stage("compile")
 def compile_(search: Search) -> None:
-    if search.facts.on_cuda and search.incumbent.cudnn_benchmark is None:
-        search.compare("compile", search.candidates("cudnn_benchmark", [True]))
     for trial in search.candidates("compile_mode", list(space.compile_modes(search.facts)),
                                    check=True):
         search.budget.reserve_s = _prefetch_reserve(search, search.budget.typical)

@@ -1,0 +1,75 @@
+"""The search's policy: ceilings from the step's time split, the predicted first points."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from tuneup.autotune.search import policy
+from tuneup.autotune.space import ScriptFacts
+from tuneup.autotune.trials import Trial, TrialResult
+from tuneup.settings import Knobs
+
+GPU = ScriptFacts(device="cuda", effective_batch=256, amp_dtypes=("bfloat16", "float16"),
+                  compile_available=True, cpu_threads=16, usable_cores=16)
+CPU = replace(GPU, device="cpu", amp_dtypes=("bfloat16",), cpu_threads=2, usable_cores=2)
+
+
+def run(step: float, wait: float, device: float | None = None, knobs: Knobs = Knobs()
+        ) -> TrialResult:
+    event = {"status": "ok", "step_s": step, "step_s_all": [step] * 9,
+             "data_wait_share": wait, "device_s": device}
+    return TrialResult.from_event(Trial("t", knobs), event)
+
+
+def test_the_breakdown_splits_a_step_into_wait_device_and_host():
+    parts = run(0.1, 0.2, device=0.05).breakdown
+    assert parts == pytest.approx({"step": 0.1, "data_wait": 0.02, "device": 0.05, "host": 0.03})
+    cpu = run(0.1, 0.2).breakdown  # no device time apart: the compute is the rest
+    assert cpu == pytest.approx({"step": 0.1, "data_wait": 0.02, "device": 0.08, "host": 0.0})
+
+
+def test_amp_is_capped_by_the_data_wait_and_says_why():
+    """The H200 images: the loop waits 88 % of the step; bfloat16 can at most shrink the
+    rest, so its ceiling is small and the note says what holds it down."""
+    images = run(0.235, 0.88, device=0.011)
+    amp = policy.ceiling("amp", images, GPU, 0, 5000, 20.0)
+    loader = policy.ceiling("loader", images, GPU, 0, 5000, 20.0)
+    assert amp.factor < 1.05 and loader.factor > 8
+    assert not policy.worth_trying(amp, images, 0.03, 0.05)
+    assert amp.skipped() == ("amp: at most 1.04x here, the loop waits for data 88% of the "
+                             "step; skipped")
+    assert [c.stage for c in policy.order([amp, loader])] == ["loader", "amp"]
+
+
+def test_once_workers_feed_the_gpu_amp_s_ceiling_rises():
+    fed = run(0.025, 0.02, device=0.011, knobs=Knobs(num_workers=12))
+    assert policy.ceiling("amp", fed, GPU, 12, 5000, 20.0).factor > 1.5
+    # host time (the copy, launches): pinned memory and CUDA graphs can remove it
+    assert policy.ceiling("loader_extras", fed, GPU, 12, 5000, 20.0).factor > 1.5
+
+
+def test_compile_s_ceiling_counts_its_cost_over_the_expected_steps():
+    busy = run(0.05, 0.0)
+    assert policy.ceiling("compile", busy, CPU, 0, 5000, 20.0).factor > 1.3
+    assert policy.ceiling("compile", busy, CPU, 0, 500, 20.0).factor < 1.0
+
+
+def test_workers_are_predicted_from_the_wait_then_neighbours():
+    """0.2 s of data against 0.035 s of the rest: 0.2 / 0.035 x 1.25 -> 8 workers, then 16
+    and 4; bounded by the cores."""
+    images = run(0.235, 0.2 / 0.235)
+    assert policy.predicted_workers(images, GPU, 0) == [8, 16, 4]
+    assert policy.predicted_workers(images, CPU, 0) == [2, 1]
+    # with 4 workers the loop still waits half the step: each worker takes 4 steps a batch
+    assert policy.predicted_workers(run(0.07, 0.5), GPU, 4)[0] == 10
+
+
+def test_the_predicted_point_on_a_gpu_joins_workers_pinned_memory_and_amp():
+    groups = frozenset({"amp", "loader", "batch", "threads", "compile"})
+    images = run(0.235, 0.2 / 0.235, device=0.03)
+    point = policy.predicted_point(images, GPU, Knobs(), groups, 0.03)
+    assert point.num_workers and point.pin_memory and point.amp_dtype == "bfloat16"
+    # a CPU's bfloat16 may lose: left to its stage
+    assert policy.predicted_point(images, CPU, Knobs(), groups, 0.03).amp_dtype is None

@@ -1,0 +1,186 @@
+"""The search's policy in one place: each stage's ceiling, the order, and the spend.
+
+A stage's ceiling is the most it can gain on this run by Amdahl's law, from the step's time
+split of the incumbent's latest run (:attr:`TrialResult.breakdown`): the loader can at most
+remove the data wait; amp and compile can at most shrink the device's (a CPU's compute)
+time by what the hardware offers; pin_memory and CUDA graphs can at most remove host time.
+Stages run in order of ceiling, recomputed after every stage from the incumbent's run (once
+workers feed the GPU, amp's ceiling rises); a stage whose ceiling is within the measured
+noise is skipped with a note saying why. The loader's first point is predicted from the
+same split: the workers that hide the data time behind the rest of the step.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from tuneup.autotune import space
+from tuneup.autotune.space import ScriptFacts
+from tuneup.autotune.trials import TrialResult
+from tuneup.settings import Knobs
+
+# Upper bounds of a change's effect on the part of the step it acts on, each an upper bound
+# of what was measured, not a fit to one run:
+# bfloat16 on a GPU: dense bf16 tensor-core rates are 8-16x fp32 SIMT rates (A100: 312 vs
+# 19.5 TFLOPS; H100/H200: 990 vs 67); the H200 decoder of 2026-11-28 measured 5.5x
+AMP_GPU = 8.0
+# bfloat16 on a CPU the child found fast (AVX512-BF16 / AMX): the MLP example measured
+# 2.0-2.9x on an AMD EPYC (docs/benchmarks.md, 2026-11-25); where slow, it is not offered
+AMP_CPU = 3.0
+TF32_GPU = 4.0  # TF32 matmuls: 8x the fp32 rate on A100/H100 dense, halved for the rest
+COMPILE = 1.5  # inductor on the device's work (PyTorch 2.0's suites: 1.3-1.5x on average)
+COMPILE_HOST = 0.5  # share of host time compile's fewer, fused kernels can remove
+# cuDNN's autotuner on convolutions: picks among algorithms the heuristics may miss
+CUDNN = 1.25
+# a CPU micro-batch gains at most cache effects: in 12 grids of four workloads on 2 cores
+# the best micro-batched point was never 3 % ahead of the best whole batch
+CPU_MICRO_BATCH = 1.03
+# workers decode in parallel less than linearly (H200 images: 4 workers 3.4x one, 8 workers
+# 6.4x): the predicted count has this headroom
+WORKER_HEADROOM = 1.25
+
+
+# a ceiling worth more than telling two close settings apart: a stage's race stops at two
+# rounds while a stage with such a ceiling is still to run (the winner of a near-tie gains
+# a few %, the stage to come up to this much)
+LARGE_GAIN = 1.2
+# the stages and the --only/--skip group of each; their order is the ceilings'
+STAGE_GROUPS = {"amp": "amp", "loader": "loader", "loader_extras": "loader", "batch": "batch",
+                "threads": "threads", "cudnn": "compile", "compile": "compile"}
+
+
+@dataclass(frozen=True)
+class Ceiling:
+    """The most ``stage`` can gain here (``factor``), and the part of the step that says so."""
+
+    stage: str
+    factor: float
+    why: str
+
+    def skipped(self) -> str:
+        return f"{self.stage}: at most {self.factor:.2f}x here, {self.why}; skipped"
+
+
+def split(result: TrialResult | None) -> dict[str, float]:
+    """The step's parts in seconds (zeros without a measured step)."""
+    parts = result.breakdown if result is not None else None
+    return parts or {"step": 0.0, "data_wait": 0.0, "device": 0.0, "host": 0.0}
+
+
+def _amdahl(step: float, removed: float) -> float:
+    """Speed-up when ``removed`` seconds of a ``step`` go (at most 100x)."""
+    if step <= 0:
+        return 1.0
+    return step / max(step - removed, step / 100)
+
+
+def _shares(parts: dict[str, float]) -> str:
+    step = parts["step"] or 1.0
+    waits = parts["data_wait"] / step
+    if waits >= 0.5:
+        return f"the loop waits for data {waits:.0%} of the step"
+    if parts["host"] / step >= 0.3:
+        return f"the device idles for the host {parts['host'] / step:.0%} of the step"
+    return (f"the {'device' if parts['host'] else 'compute'} takes "
+            f"{parts['device'] / step:.0%} of the step")
+
+
+def ceiling(stage: str, result: TrialResult | None, facts: ScriptFacts, workers: int,
+            expected_steps: int, compile_s: float) -> Ceiling:
+    """``stage``'s ceiling from ``result``, the incumbent's latest run (``workers``: its
+    num_workers; ``compile_s``: a cold compile, measured or guessed)."""
+    parts = split(result)
+    step, wait, device, host = parts["step"], parts["data_wait"], parts["device"], parts["host"]
+    why = _shares(parts)
+    if stage == "loader":
+        factor = _amdahl(step, wait)
+    elif stage == "loader_extras":
+        pinned = host if facts.on_cuda else 0.0  # pin_memory: the copy is host time
+        factor = _amdahl(step, max(wait, pinned)) if workers else 1.0
+    elif stage == "amp":
+        rate = AMP_GPU if facts.on_cuda else AMP_CPU
+        if not space.amp_dtypes(facts):
+            rate = TF32_GPU if space.matmul_precisions(facts) else 1.0
+        factor = _amdahl(step, device * (1 - 1 / rate))
+    elif stage == "compile":
+        removed = device * (1 - 1 / COMPILE) + host * COMPILE_HOST
+        if facts.on_cuda:
+            removed = max(removed, device * (1 - 1 / COMPILE) + host)  # reduce-overhead
+        after = step - removed
+        spread = compile_s / max(1, expected_steps)  # its cost over the run's steps
+        factor = step / (max(after, step / 100) + spread) if step else 1.0
+    elif stage == "cudnn":
+        convolutions = facts.on_cuda and facts.convolutions is not False
+        factor = _amdahl(step, device * (1 - 1 / CUDNN)) if convolutions else 1.0
+        why = why if convolutions else "the model has no convolutions"
+    elif stage == "batch":
+        factor = 1.0 if facts.on_cuda else CPU_MICRO_BATCH
+        why = ("smaller micro-batches add launches and host time" if facts.on_cuda
+               else "a CPU micro-batch gains at most cache effects")
+    elif stage == "threads":  # workers busy on the cores the threads want: time-sharing
+        threads, cores = facts.cpu_threads, max(1, facts.usable_cores)
+        factor = 1.0 if facts.on_cuda else max(1.0, (threads + workers) / cores)
+        why = f"{threads} threads and {workers} workers share {cores} cores"
+    else:
+        factor = 1.0
+    return Ceiling(stage, factor, why)
+
+
+def worth_trying(ceiling_: Ceiling, result: TrialResult | None, min_gain: float,
+                 spread: float) -> bool:
+    """Whether a stage's ceiling clears the measured noise: ``min_gain``, the run's
+    window-to-window ``spread`` and twice the result's own standard error (a gain above
+    the noise is what a race can tell apart with rounds)."""
+    noise = max(min_gain, spread, 2 * (result.noise if result is not None else 0.0))
+    return ceiling_.factor > 1 + noise
+
+
+def order(ceilings: list[Ceiling]) -> list[Ceiling]:
+    """Highest ceiling first (ties keep the given order)."""
+    return sorted(ceilings, key=lambda c: -c.factor)
+
+
+def predicted_workers(result: TrialResult | None, facts: ScriptFacts, workers: int) -> list[int]:
+    """The worker counts to try, the prediction first: enough workers to hide the measured
+    data time behind the rest of the step (bounded by the usable cores), then its
+    neighbours (half and twice it). ``result`` ran with ``workers``: without any, the loop
+    decodes a batch in its data wait; with n, each worker takes n steps for one."""
+    counts = space.worker_counts(facts)
+    if not counts:
+        return []
+    top = counts[-1]
+    parts = split(result)
+    rest = parts["step"] - parts["data_wait"]
+    if parts["data_wait"] <= 0 or rest <= 0:
+        return [n for n in (1, 2) if n <= top]
+    batch_s = workers * parts["step"] if workers else parts["data_wait"]
+    need = min(top, max(1, math.ceil(batch_s / rest * WORKER_HEADROOM)))
+    points = [need, min(top, 2 * need), max(1, need // 2)]
+    return list(dict.fromkeys(points))
+
+
+def predicted_point(result: TrialResult | None, facts: ScriptFacts, incumbent: Knobs,
+                    groups: frozenset[str], min_gain: float) -> Knobs:
+    """The settings the breakdown predicts fastest, to measure first: the predicted workers
+    (with pinned memory on CUDA) where the loop waits for data, then, on the step they
+    would leave, the hardware's fastest autocast dtype on CUDA where its ceiling is large
+    (a CPU's bfloat16 may lose: it is left to its stage). Each part is verified after."""
+    parts = split(result)
+    knobs, step, wait = incumbent, parts["step"], parts["data_wait"]
+    rest = step - wait
+    dtypes = space.amp_dtypes(facts)
+    if "amp" in groups and facts.on_cuda and dtypes and incumbent.amp_dtype is None \
+            and "amp_dtype" not in facts.fixed_knobs and \
+            _amdahl(rest, parts["device"] * (1 - 1 / AMP_GPU)) >= LARGE_GAIN:
+        knobs = knobs.replace(amp_dtype=dtypes[0])
+        rest -= parts["device"] * (1 - 1 / AMP_GPU)  # the workers must keep up with it
+    if "loader" in groups and not incumbent.num_workers and rest > 0 and \
+            _amdahl(step, wait) > 1 + max(min_gain, LARGE_GAIN - 1):
+        top = space.worker_counts(facts)[-1:] or [0]
+        if top[0]:
+            knobs = knobs.replace(num_workers=min(top[0], max(1, math.ceil(
+                wait / rest * WORKER_HEADROOM))))
+            if facts.on_cuda and "pin_memory" not in facts.fixed_knobs:
+                knobs = knobs.replace(pin_memory=True)
+    return knobs
