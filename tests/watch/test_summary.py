@@ -74,7 +74,7 @@ def test_the_text_names_verdict_evidence_action_and_notes_without_trailing_blank
     out = io.StringIO()
     summary.print_text(Console(file=out, width=70), result)
     text = out.getvalue()
-    assert text.startswith("tuneup watch: python t.py: 5 s, 5 samples, exit status 3\n")
+    assert text.startswith("tuneup watch: python t.py: 5 s watched, 5 readings, exit status 3\n")
     for label in ("verdict  input-bound: the loop waits for data 50%",
                   "evidence data_wait_share 0.5", "action   more DataLoader workers",
                   "note     NVML is not available"):

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import psutil
 import torch
 
-from tuneup.autotune import protocol
+from tuneup.autotune import protocol, spawned
 from tuneup.autotune.child_facts import (
     amp_dtypes_here,
     compile_available,
@@ -39,6 +39,7 @@ from tuneup.autotune.child_facts import (
     torch_default_threads,
     usable_cores,
 )
+from tuneup.autotune.micro_blockers import micro_batch_blocked, watch_plain_form
 from tuneup.autotune.trainer_trial import TrainerTrial
 from tuneup.runtime import apply, distributed, hooks, malloc_thresholds
 from tuneup.settings import Knobs
@@ -143,6 +144,9 @@ class TrialSession(hooks.Observer):
         self.loaders_created += 1
 
     def loop_created(self, loop: TunedLoop) -> None:
+        if spawned.is_spawned_trainer():  # one loop per spawned trainer: refused, one line
+            spawned.refuse(self)
+        watch_plain_form(loop)
         self.loops.append(loop)  # all are restored before each trial; the first is driven
         if self.loop is None:
             self.loop = loop
@@ -183,6 +187,8 @@ class TrialSession(hooks.Observer):
     def trainer_knobs(self, run: hooks.TrainerRun, knobs: Knobs) -> Knobs:
         """A trainer that owns its loop runs the plan's first trial, one trial a process
         (:mod:`tuneup.autotune.trainer_trial`): its knobs, whatever a settings file says."""
+        if spawned.is_spawned_trainer():
+            spawned.refuse(self)
         if self.trainer is None:
             self.trainer = TrainerTrial(self, run)
         return self.trainer.knobs
@@ -262,6 +268,8 @@ class TrialSession(hooks.Observer):
         # the script's set-up is done: the process-wide switches it set are the baseline's
         # (read when the observer was installed, a set_num_threads(1) after tuned_loop was
         # overridden by every trial: a 9.3x "speed-up" for the one thread it already had)
+        if spawned.is_spawned_trainer():  # a loop made before the script forked its trainers
+            spawned.refuse(self)
         self.defaults = apply.process_defaults()
         self.started = True
         self.phase = "warmup"
@@ -504,7 +512,7 @@ class TrialSession(hooks.Observer):
             "peak_memory_bytes": (torch.cuda.max_memory_allocated(loop.device)
                                   if loop.device.type == "cuda" else self.peak_rss),
             "micro_batch_size": loop.applied_micro_batch,
-            "micro_batch_blocked": loop.micro_batch_blocked,
+            "micro_batch_blocked": micro_batch_blocked(loop),
         })
         self.trial_running = False
         self.index += 1
@@ -572,7 +580,7 @@ class TrialSession(hooks.Observer):
         self._previous_excepthook(kind, exc, tb)
 
     def _at_exit(self) -> None:
-        if self.finished:
+        if self.finished or spawned.refused_elsewhere(self.plan):
             return
         event: dict[str, Any] = {
             "event": protocol.EVENT_EXIT, "reason": self.exit_reason, "steps": self.process_steps,

@@ -12,6 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from tuneup.autotune import protocol
 from tuneup.autotune.search import Outcome, describe
 from tuneup.autotune.search.outcome import RunnerUp
 from tuneup.autotune.trials import Trial, TrialResult
@@ -110,7 +111,9 @@ def to_json(outcome: Outcome, script: Path, output: Path | None, elapsed_s: floa
         "knobs": {name: {"default": default, "chosen": chosen}
                   for name, default, chosen in knob_rows(outcome)},
         "settings_knobs": outcome.file_knobs.to_dict(),
-        "rejected": [{"trial": r.trial_id, "reason": r.reason} for r in outcome.rejected],
+        "rejected": [{"trial": r.trial_id, "reason": r.reason} for r in outcome.losers],
+        "not_finished": [{"trial": r.trial_id, "reason": r.reason} for r in outcome.unfinished],
+        "every_trial": outcome.facts.every_trial.changed(),
         "notes": outcome.notes,
         "trials": [_trial_json(r) for r in outcome.results],
         "elapsed_s": round(elapsed_s, 1),
@@ -162,6 +165,9 @@ def print_table(console: Console, outcome: Outcome, output: Path | None, elapsed
         style = "bold green" if chosen != default and searched else ""
         table.add_row(name, _show(default), Text(_show(chosen), style=style))
     console.print(table)
+    if every := every_trial_text(outcome):
+        console.print(f"set for every trial, the baseline's too (not a tuned change): {every}",
+                      highlight=False, markup=False)
     hw = outcome.facts
     if outcome.kept_baseline:
         console.print(f"samples/s: {baseline_label(outcome)} {outcome.baseline_samples_per_s:,.0f}"
@@ -175,11 +181,13 @@ def print_table(console: Console, outcome: Outcome, output: Path | None, elapsed
     ranks = f" on each of {hw.ranks} ranks" if hw.ranks > 1 else ""
     console.print(f"({hw.device}, effective batch {hw.effective_batch}{ranks}, "
                   f"{len(outcome.results)} trials in {elapsed_s:.0f} s)", highlight=False)
-    if outcome.rejected:
-        console.print("rejected:")
-        for rejection in outcome.rejected:
-            console.print(f"  {rejection.trial_id}: {rejection.reason}",
-                          highlight=False, markup=False)
+    for title, rejections in (("rejected", outcome.losers),
+                              ("not finished (budget)", outcome.unfinished)):
+        if rejections:
+            console.print(f"{title}:", highlight=False, markup=False)
+        for rejection in rejections:  # under its heading the budget's "budget: " is said
+            reason = rejection.reason.removeprefix(f"{protocol.BUDGET}: ")
+            console.print(f"  {rejection.trial_id}: {reason}", highlight=False, markup=False)
     for note in outcome.notes:
         console.print(f"note: {note}", highlight=False, markup=False)
     if output:
@@ -191,14 +199,25 @@ def speedup_text(outcome: Outcome) -> str:
     figure with how it was measured; no figure when the baseline was kept (its runs set
     against themselves show only noise)."""
     if outcome.kept_baseline:
-        kept = ("the largest micro-batch that fits kept: nothing beat it" if outcome.knobs.changed()
-                else "PyTorch's defaults kept: nothing beat them")
+        every = every_trial_text(outcome)
+        also = f" (and {every} set for every trial, theirs too)" if every else ""
+        kept = (f"the largest micro-batch that fits kept{also}: nothing beat it"
+                if outcome.baseline_knobs.changed()
+                else f"PyTorch's defaults kept{also}: nothing beat them")
         return f"{kept} beyond noise; no speed-up to claim"
     text = f"{outcome.speedup:.2f}x"
     if outcome.speedup_interval:
         low, high = outcome.speedup_interval
         text += f" [{low:.2f}, {high:.2f}]"
     return f"{text} ({outcome.measured_by})"
+
+
+def every_trial_text(outcome: Outcome) -> str | None:
+    """``fixed_malloc_thresholds on``: the knobs no stage searches that every trial ran
+    with, the baseline's too ("PyTorch's defaults kept" once sat above a table showing
+    ``fixed_malloc_thresholds off -> on``); None when there are none."""
+    changed = outcome.facts.every_trial.changed()
+    return ", ".join(f"{name} {_show(value)}" for name, value in changed.items()) or None
 
 
 def baseline_label(outcome: Outcome) -> str:

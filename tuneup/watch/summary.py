@@ -116,8 +116,10 @@ def print_text(console: Console, summary: dict[str, Any]) -> None:
     what = (printable(" ".join(summary["command"]), one_line=True) if summary["command"]
             else f"pid {summary['pid']}")
     status = summary["exit_status"]
-    console.print(f"tuneup watch: {what}: {summary['duration_s']:.0f} s, {summary['samples']} "
-                  "samples" + (f", exit status {status}" if status is not None else ""),
+    # the watcher's readings, not training samples (those are in samples/s below)
+    console.print(f"tuneup watch: {what}: {summary['duration_s']:.0f} s watched, "
+                  f"{summary['samples']} readings"
+                  + (f", exit status {status}" if status is not None else ""),
                   highlight=False, markup=False)
     rows = Table.grid(padding=(0, 1))
     rows.add_column(style="bold", no_wrap=True)

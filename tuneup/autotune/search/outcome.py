@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from tuneup.autotune import protocol
 from tuneup.autotune.search.judge import Rejection
 from tuneup.autotune.space import ScriptFacts
 from tuneup.autotune.trials import TrialResult
@@ -60,6 +61,17 @@ class Outcome:
     def file_knobs(self) -> Knobs:
         """What the settings file holds: the pick as the trials ran it."""
         return self.facts.as_run(self.knobs)
+
+    @property
+    def unfinished(self) -> list[Rejection]:
+        """Trials the budget cut short: not measured losers (a compile that ran out of
+        budget was once listed under "rejected" beside settings shown slower)."""
+        return [r for r in self.rejected if r.reason.startswith(f"{protocol.BUDGET}:")]
+
+    @property
+    def losers(self) -> list[Rejection]:
+        """The rejections that were measured: slower, failing, drifting, over memory."""
+        return [r for r in self.rejected if r not in self.unfinished]
 
     @property
     def kept_baseline(self) -> bool:
