@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import IO, Any
 
 from tuneup import __version__
@@ -11,6 +12,8 @@ from tuneup.doctor.rules.context import Diagnosis
 from tuneup.machine.snapshot import Snapshot
 
 MARKS = {ERROR: ("✗", "bold red"), WARNING: ("⚠", "yellow"), "info": ("•", "cyan")}
+# the readers' note on a report listing more GPUs than they read (readers.bounded)
+GPUS_CUT = re.compile(r"only the first (\d+) of (\d+) gpus were read")
 
 
 def to_json(snapshot: Snapshot, diagnosis: Diagnosis) -> dict[str, Any]:
@@ -45,7 +48,10 @@ def environment_line(snapshot: Snapshot) -> str:
         parts.append(f"driver {snapshot.driver.version}")
     if snapshot.gpus:
         names = ", ".join(g.name or "?" for g in snapshot.gpus)
-        parts.append(f"{len(snapshot.gpus)} GPU: {names}")
+        listed = _gpus_listed(snapshot)
+        count = (f"only {len(snapshot.gpus)} of {listed} GPUs read" if listed is not None
+                 else f"{len(snapshot.gpus)} GPU")
+        parts.append(f"{count}: {names}")
     elif snapshot.gpus == []:
         parts.append("no GPU")
     if snapshot.platform.python_version:
@@ -53,6 +59,15 @@ def environment_line(snapshot: Snapshot) -> str:
     if snapshot.platform.os:
         parts.append(snapshot.platform.os)
     return " · ".join(parts) or "no facts"
+
+
+def _gpus_listed(snapshot: Snapshot) -> int | None:
+    """How many GPUs the report listed, when the reader kept only the first of them."""
+    for note in snapshot.notes:
+        cut = GPUS_CUT.fullmatch(note)
+        if cut is not None:
+            return int(cut[2])
+    return None
 
 
 def write_text(snapshot: Snapshot, diagnosis: Diagnosis, out: IO[str] | None = None) -> None:
