@@ -52,14 +52,26 @@ _accelerate_watched = False  # whether accelerate's prepare is served (or will b
 
 class TunedLoader(DataLoader):
     """Iterable like the DataLoader it wraps (``loader.dataloader``); unknown attributes
-    (``dataset``, ``sampler``, ``batch_size``, ...) are the DataLoader's. A ``DataLoader``
-    subclass so that ``isinstance`` checks (accelerate's ``prepare``) take it for one;
-    ``DataLoader.__init__`` is never run: everything is the inner DataLoader's."""
+    (``sampler``, ``batch_size``, ...) are the DataLoader's. Made by :func:`tuned_loader`.
 
-    def __init__(self, dataset: Any, user_kwargs: dict[str, Any], *, knobs: Knobs,
-                 loop: TunedLoop | None, splits_by_worker: bool | None = None) -> None:
+    A ``DataLoader`` subclass so that ``isinstance`` checks (accelerate's ``prepare``) take
+    it for one, built from ``tuned_loader``'s arguments (DataLoader's) so that a library
+    that rebuilds a DataLoader from its class and attributes (Lightning injecting a
+    sampler) builds a tuned one; ``DataLoader.__init__`` is never run: the inner one is."""
+
+    def __init__(self, dataset: Any, *args: Any, loop: TunedLoop | None = None,
+                 splits_by_worker: bool | None = None, **kwargs: Any) -> None:
+        _serve_accelerate()
+        bound = _DATALOADER_SIGNATURE.bind(None, dataset, *args, **kwargs)
+        user_kwargs = {k: v for k, v in bound.arguments.items() if k not in ("self", "dataset")}
+        hooks.install_from_environment()
+        observers = hooks.current()
+        knobs = apply.settings_knobs() if loop is None else loop.knobs
+        if observers is not hooks.NOBODY and loop is None:
+            knobs = observers.initial_knobs(knobs)
         self.dataset = dataset
         self.loop = loop
+        self.splits_by_worker = splits_by_worker
         self.user_kwargs = user_kwargs
         # under a process group without a sampler of the user's: this rank's share
         self.distributed_sampler = distributed.sampler_for(dataset, user_kwargs)
@@ -69,6 +81,13 @@ class TunedLoader(DataLoader):
         self._prepare: Callable[[DataLoader], Any] | None = None  # accelerate's, once prepared
         self._plain: DataLoader | None = None  # the DataLoader it prepared: its sampling is kept
         self.configure(knobs)
+        # the keywords given, as attributes (the inner DataLoader has the same values): what
+        # a library rebuilding the loader reads; the context is a property checking workers
+        for name, value in user_kwargs.items():
+            if name != "multiprocessing_context":
+                setattr(self, name, value)
+        if observers is not hooks.NOBODY:
+            observers.loader_created(self)
 
     @property
     def fixed_reasons(self) -> dict[str, str]:
@@ -389,19 +408,7 @@ def tuned_loader(dataset: Any, *args: Any, loop: TunedLoop | None = None,
         loader = tuned_loader(dataset, batch_size=256, shuffle=True)
         for x, y in loader: ...
     """
-    _serve_accelerate()
-    bound = _DATALOADER_SIGNATURE.bind(None, dataset, *args, **kwargs)
-    user_kwargs = {k: v for k, v in bound.arguments.items() if k not in ("self", "dataset")}
-    hooks.install_from_environment()
-    observers = hooks.current()
-    knobs = apply.settings_knobs() if loop is None else loop.knobs
-    if observers is not hooks.NOBODY and loop is None:
-        knobs = observers.initial_knobs(knobs)
-    loader = TunedLoader(dataset, user_kwargs, knobs=knobs, loop=loop,
-                         splits_by_worker=splits_by_worker)
-    if observers is not hooks.NOBODY:
-        observers.loader_created(loader)
-    return loader
+    return TunedLoader(dataset, *args, loop=loop, splits_by_worker=splits_by_worker, **kwargs)
 
 
 def _serve_accelerate() -> None:
