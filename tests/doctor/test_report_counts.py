@@ -1,6 +1,6 @@
-"""The text report states only what was read: a report listing 1,000 (or 10,000) GPUs is read to its
-first 64, and the environment line says so rather than "64 GPU" as a fact (issue 40,
-item 15)."""
+"""The text report states only what was read: a report listing 1,000 (or 10,000) GPUs is
+read to its first 64, and the environment line says so rather than "64 GPU" as a fact
+(issue 40, item 15)."""
 
 from __future__ import annotations
 
