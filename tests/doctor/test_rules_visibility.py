@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
 from doctor_helpers import categories, codes, cuda_torch, machine, only, run
+
+from tuneup.doctor.readers import read_report
+from tuneup.doctor.rules import diagnose
 
 WINDOWS = "Microsoft Windows 10 Pro"
 
@@ -88,3 +92,26 @@ def test_no_unexplained_finding_when_the_gpu_is_seen_or_known_absent_or_explaine
     assert "TU504" not in codes(run(machine(blind, None, [])))  # known: no GPU
     old_driver = run(machine(blind, "470.82.01", ["NVIDIA GeForce RTX 3090"]))
     assert "TU504" not in codes(old_driver) and "driver-too-old" in categories(old_driver)
+
+
+NO_GPU_SEEN = ("PyTorch version: 2.4.1+cu121\nCUDA used to build PyTorch: 12.1\n"
+               "OS: Ubuntu 22.04.4 LTS (x86_64)\nIs CUDA available: False\n"
+               "GPU models and configuration: No CUDA\nNvidia driver version: No CUDA\n")
+
+
+@pytest.mark.parametrize("text", [
+    NO_GPU_SEEN,
+    NO_GPU_SEEN.replace("2.4.1+cu121", "2.4.1").replace("CUDA used to build PyTorch: 12.1\n", ""),
+    "torch==2.6.0+cu124\n>>> torch.cuda.device_count()\n0\n",
+])
+def test_a_cuda_build_that_sees_no_gpu_is_warned_of_what_hides_one(text):
+    found = [f for f in diagnose(read_report(text)).findings if f.code == "TU506"]
+    assert len(found) == 1 and found[0].severity == "warning", found
+    assert "--gpus all" in found[0].message and "CUDA_VISIBLE_DEVICES" in found[0].message
+
+
+def test_the_warning_names_the_variable_the_report_shows_and_is_silent_when_there_is_no_gpu():
+    hidden = diagnose(read_report(NO_GPU_SEEN + "NVIDIA_VISIBLE_DEVICES=void\n")).findings
+    assert any(f.code == "TU506" and "NVIDIA_VISIBLE_DEVICES='void'" in f.message for f in hidden)
+    said = diagnose(read_report(NO_GPU_SEEN + "This is a CPU-only server.\n")).findings
+    assert not any(f.code == "TU506" for f in said)

@@ -143,6 +143,7 @@ _CODES = [
         "a CUDA build sees no GPU and nothing in the input explains why",
     ),
     Code("TU505", "no-gpu-visible", "visibility", "a pasted error says CUDA sees no usable GPU"),
+    Code("TU506", "no-gpu-visible", "visibility", "a CUDA build sees no GPU: one may be hidden"),
     Code("TU601", "rocm-build", "rocm", "an AMD GPU with a CUDA build of PyTorch"),
     Code("TU602", "rocm-build", "rocm", "a ROCm build of PyTorch on an NVIDIA machine"),
     Code("TU603", "rocm-build", "rocm", "an AMD GPU with a CPU-only build of PyTorch"),

@@ -243,6 +243,8 @@ def _named_facts(line: str) -> list[Fact]:
     system = _OS.search(line)
     if system:
         facts.append(Fact("os", " ".join(system.group(0).split()), line))
+    if _NO_GPU_SAID.search(line):
+        facts.append(Fact("machine.gpu", "none", line, sure=False))
     if _CPU_BUILD.search(line):
         facts.append(Fact("torch.build", "cpu", line, sure=False))
     toolkit = _TOOLKIT.search(line)
@@ -376,10 +378,12 @@ def _set_available(snap: Snapshot, fact: Fact, values: list[str]) -> bool:
 
 
 def _set_count(snap: Snapshot, fact: Fact, values: list[str]) -> bool:
-    if values == ["0"] and snap.torch.cuda_available is None:
+    if snap.torch.device_count is not None or len(values) != 1:
+        return False
+    snap.torch.device_count = int(values[0])
+    if snap.torch.device_count == 0 and snap.torch.cuda_available is None:
         snap.torch.cuda_available = False
-        return True
-    return False
+    return True
 
 
 def _set_torch_cuda(snap: Snapshot, fact: Fact, values: list[str]) -> bool:
@@ -456,4 +460,5 @@ _SETTERS = {
     "cuda_toolkit": _set_toolkit,
     "install.index": _set_nothing,
     "install.torch": _set_nothing,
+    "machine.gpu": _set_nothing,
 }

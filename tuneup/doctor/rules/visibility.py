@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from tuneup.doctor.findings import ERROR, WARNING
+from tuneup.doctor.readers.facts import noted_value
 from tuneup.doctor.rules.context import Context
 from tuneup.machine import versions
 
@@ -111,6 +112,33 @@ def _hidden_by_visible_devices(ctx: Context) -> str:
     return ""
 
 
+def _none_seen(ctx: Context) -> None:
+    """TU506: a CUDA build that sees no GPU at all (``GPU models and configuration: No CUDA``,
+    ``device_count() == 0``). On a machine without a GPU that is normal; in a container, under a
+    CUDA_VISIBLE_DEVICES or with the driver unloaded it is a GPU hidden from the process, which
+    the report alone cannot tell apart: a warning naming what hides one, unless the text says
+    the machine has none."""
+    if ctx.os_family == "darwin" or noted_value(ctx.snap, "machine.gpu") == "none":
+        return
+    build = ctx.build
+    hiding = []
+    visible, nvidia = ctx.env("CUDA_VISIBLE_DEVICES"), ctx.env("NVIDIA_VISIBLE_DEVICES")
+    if visible is not None and visible.strip() in ("", "-1"):
+        hiding.append(f"CUDA_VISIBLE_DEVICES={visible!r} hides every GPU")
+    if nvidia is not None and nvidia.strip().lower() in ("", "void", "none"):
+        hiding.append(f"NVIDIA_VISIBLE_DEVICES={nvidia!r} gives the container no GPU")
+    causes = "; ".join(hiding) or (
+        "a container started without --gpus all (or with NVIDIA_VISIBLE_DEVICES unset or void), "
+        "CUDA_VISIBLE_DEVICES set to '' or -1, or the NVIDIA driver module not loaded")
+    ctx.add("TU506", WARNING,
+            f"{build.label} is a CUDA build but sees no GPU (GPU models and configuration: No "
+            f"CUDA / no device): if this machine has an NVIDIA GPU, something hides it — {causes}.",
+            "run nvidia-smi where the program runs: it fails in a container → start the container "
+            "with --gpus all (NVIDIA Container Toolkit); it lists the GPU → unset "
+            "CUDA_VISIBLE_DEVICES; it fails on the host → load or reinstall the driver. On a "
+            "machine without an NVIDIA GPU nothing is wrong")
+
+
 def _unexplained(ctx: Context) -> None:
     """A CUDA build that reports no usable GPU on a machine the input says nothing more about.
 
@@ -128,10 +156,15 @@ def _unexplained(ctx: Context) -> None:
                 "torch.version.cuda)' (None means a CPU-only build) and nvidia-smi; then: "
                 + UNEXPLAINED_FIX)
         return
-    if build.kind != "cuda" or build.assumed or torch.cuda_available is not False:
+    if build.kind != "cuda" or torch.cuda_available is not False:
         return
-    if ctx.snap.gpus == [] or ctx.explained("no-gpu-visible"):
-        return  # known to have no GPU, or already explained
+    if ctx.explained("no-gpu-visible"):
+        return
+    if ctx.snap.gpus == [] or ctx.snap.gpus is None and torch.device_count == 0:
+        _none_seen(ctx)
+        return
+    if build.assumed:
+        return
     conda = ctx.snap.conda_packages or {}
     chosen = (versions.local(build.version or "") or "").startswith("cu") or bool(
         {"pytorch-cuda", "cudatoolkit"} & set(conda)
