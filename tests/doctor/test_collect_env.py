@@ -413,7 +413,7 @@ def test_documentation_quoting_report_lines_is_read_as_text():
     )
     for variant in (text, text.replace("{", "(").replace("}", ")")):
         snapshot = read_report(variant)  # JSON that is not a tuneup report is just more text
-        assert snapshot.source == "collect_env" and diagnose(snapshot).errors == 0
+        assert snapshot.source == "text" and diagnose(snapshot).errors == 0
 
 
 def test_report_cut_right_after_its_warning_is_still_read():

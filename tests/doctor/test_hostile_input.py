@@ -56,6 +56,7 @@ def test_unreadable_input_is_one_line_and_exit_2(kind):
 def test_prose_is_text_and_gets_a_report_not_a_refusal():
     result = doctor("--from", "-", stdin="my training is slow, please help\n" * 5)
     assert result.exit_code == 0 and "not checked" in result.output, result.output
+    assert "a text report" in result.output and "only the facts below were read" in result.output
 
 
 def test_a_closed_standard_input_is_one_line_and_exit_2():

@@ -79,6 +79,9 @@ def write_text(snapshot: Snapshot, diagnosis: Diagnosis, out: IO[str] | None = N
     source = "this machine" if snapshot.source == "live" else f"a {snapshot.source} report"
     console.print(f"[bold]tuneup doctor[/bold] — {source}")
     console.print(escape(environment_line(snapshot)))
+    for note in snapshot.notes:  # what the fact reader took from free text, quoted (issue 39)
+        if note.startswith(("read from the text: ", "no collect_env report")):
+            console.print(f"  [dim]{escape(note)}[/dim]")
     for area, title in AREAS.items():
         findings = [f for f in diagnosis.findings if f.area == area]
         passed = [text for a, text in diagnosis.passed if a == area]

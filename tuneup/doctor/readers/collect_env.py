@@ -399,6 +399,8 @@ def parse_collect_env(text: str, require_evidence: bool = True) -> Snapshot | No
     _read_messages(raw, snap)
     apply_facts(snap, read_facts(text))
     snap.notes = (_notes(raw, snap) if evidence else [NO_REPORT]) + snap.notes
+    if not evidence:
+        snap.source = "text"  # free text, not a report: "tuneup doctor — a text report"
     return snap
 
 
