@@ -10,7 +10,8 @@ PYTHON=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 pip_install() {  # pip, minus the harmless notes about this machine's empty local indexes
   .venv/bin/python -m pip install --quiet "$@" 2>&1 \
-    | { grep -v 'is ignored: it is neither a file nor a directory' || true; }
+    | { grep -v -e 'is ignored: it is neither a file nor a directory' -e 'Retrying (Retry(' \
+        || true; }
 }
 if ! .venv/bin/python -c "import torch" >/dev/null 2>&1; then
   pip_install 'packaging>=23'  # all the wheel choice needs besides the standard library
@@ -18,7 +19,12 @@ if ! .venv/bin/python -c "import torch" >/dev/null 2>&1; then
     wheel="torch==${TUNEUP_TORCH:-2.13.0} --index-url https://download.pytorch.org/whl/cpu"
     echo "tuneup setup: the wheel choice failed (above); installing the CPU wheel: $wheel"
   fi
+  # torch alone from its index (pip's retries there are not repeated for each dependency,
+  # and not shown: where the index cannot be reached, pip's local wheels answer or it fails);
+  # its dependencies come with tuneup's below, from the usual index
   # shellcheck disable=SC2086  # pip's arguments, one word each
-  pip_install $wheel
+  pip_install --no-deps $wheel
 fi
 pip_install -e '.[test]'
+.venv/bin/python -c "import torch" 2>/dev/null || {
+  echo "tuneup setup: torch did not install (see pip's messages above)"; exit 1; }
