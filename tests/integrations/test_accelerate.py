@@ -8,6 +8,8 @@ import dataclasses
 import json
 import os
 import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -201,3 +203,18 @@ def test_skipping_the_first_batches_of_a_prepared_loader_skips_as_accelerate_doe
     skipped = [accelerator.skip_first_batches(loader, 3) for loader in (plain, tuned)]
     assert type(skipped[1]).__name__ == "DataLoaderShard"
     assert [b[2].tolist() for b in skipped[1]] == [b[2].tolist() for b in skipped[0]]
+
+
+def test_a_loader_made_before_accelerate_is_imported_is_prepared_too():
+    """tuned_loader arranges the preparation for when accelerate is loaded later."""
+    code = ("import torch, sys; from torch.utils.data import TensorDataset; "
+            "from tuneup import tuned_loader; "
+            "loader = tuned_loader(TensorDataset(torch.arange(10.0)), batch_size=4); "
+            "assert 'accelerate' not in sys.modules; "
+            "from accelerate import Accelerator; "
+            "assert Accelerator(cpu=True).prepare(loader) is loader; "
+            "print(type(loader.dataloader).__name__)")
+    ran = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, env={k: v for k, v in os.environ.items()
+                                           if not k.startswith(("TUNEUP_", "ACCELERATE_"))})
+    assert ran.stdout.strip() == "DataLoaderShard", ran.stderr[-2000:]
