@@ -84,20 +84,41 @@ def test_a_stop_signal_leaves_no_process_and_no_file(fake_script, tmp, signum):
     assert (tmp.parent / "out.json").read_text() == "old settings\n"
 
 
+CHECKPOINTING = REAL_SCRIPT.replace("""        loop.train_step""", """        import subprocess
+        torch.save({"trial": epoch}, "ckpt.pt")                   # the journal sees this
+        subprocess.run(["sh", "-c", "printf trial > notes.txt"])  # the snapshot, this
+        loop.train_step""")
+
+
 @pytest.mark.slow
-def test_a_killed_parent_takes_its_child_along_and_the_next_run_sweeps(tmp, monkeypatch):
-    script = tmp.parent / "train.py"
-    script.write_text(REAL_SCRIPT)
-    parent = start(script, tmp)
-    children = wait_for_child(parent)
+def test_a_killed_parent_takes_its_child_along_and_what_it_wrote_is_put_back(tmp):
+    """SIGKILL mid-trial: the trial dies with the run, and the run's sentinel puts the user's
+    files back byte for byte before it removes the work directory."""
+    import torch
+
+    project = tmp.parent / "project"
+    project.mkdir()
+    script = project / "train.py"
+    script.write_text(CHECKPOINTING)
+    torch.save({"real": 60}, project / "ckpt.pt")
+    (project / "notes.txt").write_text("keep me")
+    before = {p.name: p.read_bytes() for p in project.iterdir()}
+    env = {**os.environ, "TMPDIR": str(tmp)}
+    env.pop("TUNEUP_SETTINGS", None)
+    parent = subprocess.Popen([sys.executable, "-m", "tuneup.cli", "autotune", str(script),
+                               "--budget", "300", "--output", str(tmp.parent / "out.json")],
+                              cwd=project, env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while (project / "notes.txt").read_bytes() == before["notes.txt"]:  # mid-trial
+        assert time.monotonic() < deadline and parent.poll() is None, "no trial wrote"
+        time.sleep(0.1)
+    children = psutil.Process(parent.pid).children(recursive=True)
     parent.kill()
     parent.wait()
-    assert alive(children) == []  # the child had a parent-death signal
-    left = [p for p in tmp.iterdir() if p.name.startswith(WORKDIR_PREFIX)]
-    assert len(left) == 1  # a SIGKILL leaves the work directory: the next run sweeps it
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
-    assert sweep_stale_workdirs() == left
-    assert list(tmp.iterdir()) == []
+    assert alive(children) == []  # the trial had a parent-death signal; the sentinel ended
+    assert list(tmp.iterdir()) == []  # the sentinel removed the work directory
+    assert {p.name: p.read_bytes() for p in project.iterdir()} == before
 
 
 @pytest.mark.slow

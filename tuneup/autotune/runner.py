@@ -26,14 +26,10 @@ from typing import TYPE_CHECKING, Any
 
 from tuneup import owned_dirs
 from tuneup.autotune import protocol, write_guard
+from tuneup.autotune.leftovers import SNAPSHOT_DIR, WORKDIR_PREFIX, Recovered, sweep_stale_workdirs
 from tuneup.autotune.protocol import BUDGET, CRASH, ERROR, HANG, NONFINITE, OOM, SKIPPED
 from tuneup.autotune.ranks import RankEvents, died_silently
-from tuneup.autotune.leftovers import (
-    SNAPSHOT_DIR,
-    WORKDIR_PREFIX,
-    Recovered,
-    sweep_stale_workdirs,
-)
+from tuneup.autotune.sentinel import DIE_WITH_PARENT, Sentinel
 from tuneup.autotune.snapshot import FolderSnapshot
 from tuneup.autotune.space import ScriptFacts
 from tuneup.autotune.trials import Trial, TrialResult
@@ -53,23 +49,6 @@ POLL_S = 0.05
 BEAT_S = 1.0  # how often the run marks itself alive on its lock file (see replay_workdir)
 MEMORY_POLL_S = 0.25
 STDERR_TAIL_LINES = 12
-# `python -c DIE_WITH_PARENT PARENT_PID PROGRAM ARGS...`: ask for SIGKILL when the parent
-# dies (Linux), then exec PROGRAM, which keeps it. So a SIGKILLed `tuneup autotune` takes the
-# script with it even while it imports, and under torchrun the agent, whose death kills the
-# ranks in turn (each sets the same signal) — even a rank stuck in a collective. (Set here,
-# not in a preexec_fn: forking a threaded parent makes that unsafe.)
-DIE_WITH_PARENT = (
-    "import ctypes, os, signal, sys\n"
-    "try:\n"
-    "    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG\n"
-    "except (OSError, AttributeError):\n"
-    "    pass\n"
-    "if os.getppid() != int(sys.argv[1]):\n"
-    "    sys.exit(3)  # the parent died before the signal was set\n"
-    "os.execv(sys.argv[2], sys.argv[2:])\n"
-)
-
-
 @dataclass
 class _EventFile:
     """One results file, read as it grows."""
@@ -264,6 +243,8 @@ class Runner:
         self._owned = owned_dirs.OwnedDir(WORKDIR_PREFIX)  # locked while this run lives
         self._last_beat = 0.0
         self._snapshot: FolderSnapshot | None = None
+        self._sentinel: Sentinel | None = None  # puts back what trials changed if this run dies
+        self._run_marker = f"{os.getpid()}-{secrets.token_hex(4)}"  # begins each trial's marker
         self._workdir = self._owned.path
         self._process: _Process | None = None
         self._started: list[_Process] = []
@@ -286,8 +267,7 @@ class Runner:
         return list(dict.fromkeys(path for p in self._started for path in p.not_put_back))
 
     @property
-    def folder_compared_in_part(self) -> bool:
-        """The script's folder held more entries than the snapshot records."""
+    def folder_compared_in_part(self) -> bool:  # more entries than the snapshot records
         return self._snapshot is not None and not self._snapshot.complete
 
     def time_left(self) -> float:
@@ -305,6 +285,8 @@ class Runner:
             self._process = None
         shutil.rmtree(self._workdir, ignore_errors=True)
         self._owned.release()
+        if self._sentinel is not None:
+            self._sentinel.stop()
 
     def __enter__(self) -> Runner:
         return self
@@ -417,11 +399,12 @@ class Runner:
         stderr = self._workdir / f"stderr-{n}.txt"
         scratch = self._workdir / "tmp"  # the child's TMPDIR: removed with the work directory
         scratch.mkdir(exist_ok=True)
-        marker = f"{os.getpid()}-{n}-{secrets.token_hex(8)}"
+        marker = f"{self._run_marker}-{n}-{secrets.token_hex(8)}"
         journal = self._workdir / f"writes-{n}.jsonl"
         if self._snapshot is None:  # before the first trial: what the script's folder holds
             self._snapshot = FolderSnapshot.take(self.script.resolve().parent,
                                                  self._workdir / SNAPSHOT_DIR, (self._workdir,))
+            self._sentinel = Sentinel(self._workdir, f"{self._run_marker}-")
         python_path = [str(SITE_DIR), *filter(None, [os.environ.get("PYTHONPATH")])]
         env = {**os.environ, protocol.ENV_PROBE: str(plan_path),
                ENV_OBSERVERS: protocol.OBSERVER, "TMPDIR": str(scratch), "TEMP": str(scratch),
