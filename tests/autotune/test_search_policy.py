@@ -73,3 +73,37 @@ def test_the_predicted_point_on_a_gpu_joins_workers_pinned_memory_and_amp():
     assert point.num_workers and point.pin_memory and point.amp_dtype == "bfloat16"
     # a CPU's bfloat16 may lose: left to its stage
     assert policy.predicted_point(images, CPU, Knobs(), groups, 0.03).amp_dtype is None
+
+
+def test_the_device_timer_gives_no_figure_off_cuda():
+    import torch
+
+    from tuneup.autotune.child_timing import DeviceTimer
+
+    timer = DeviceTimer()
+    timer.reset(torch.device("cpu"))
+    timer.step_started()
+    timer.step_ended(measured=True)
+    assert timer.device_s() is None
+
+
+def test_cudnn_is_tried_only_where_the_model_has_convolutions():
+    busy = run(0.05, 0.0, device=0.045)
+    with_convs = replace(GPU, convolutions=True)
+    assert ScriptFacts.from_hello({"device": "cuda", "convolutions": True}) \
+        .convolutions is True
+    assert policy.ceiling("cudnn", busy, with_convs, 0, 5000, 20.0).factor > 1.05
+    plain = policy.ceiling("cudnn", busy, replace(GPU, convolutions=False), 0, 5000, 20.0)
+    assert plain.factor == 1.0 and plain.why == "the model has no convolutions"
+
+
+def test_the_report_notes_each_stage_s_ceiling_and_what_was_measured():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_search import input_bound, search
+
+    outcome = search(input_bound)[0].run()
+    (note,) = [n for n in outcome.notes if n.startswith("loader: ceiling")]
+    assert "the loop waits for data 70% of the step" in note and "; measured " in note

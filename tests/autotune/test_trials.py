@@ -75,3 +75,18 @@ def test_the_pooled_interval_needs_two_runs_a_side():
     assert log_ratio_interval_pooled([1.0, 1.1, 0.9], [0.5]) is None
     assert log_ratio_interval_pooled([1.0, 1.0], [0.5, 0.5]) == pytest.approx(
         (math.log(2), math.log(2)))
+
+
+def test_a_trial_s_time_split_reaches_the_json():
+    """issue 38: the step's breakdown (data wait, device, host) in --format json."""
+    from tuneup.autotune.report import _trial_json
+    from tuneup.autotune.trials import Trial, TrialResult
+    from tuneup.settings import Knobs
+
+    event = {"status": "ok", "step_s": 0.04, "step_s_all": [0.04] * 9,
+             "data_wait_share": 0.25, "device_s": 0.02}
+    result = TrialResult.from_event(Trial("workers=8", Knobs(num_workers=8)), event)
+    assert result.device_s == 0.02
+    parts = _trial_json(result)["breakdown"]
+    assert parts["data_wait"] == pytest.approx(0.01) and parts["device"] == pytest.approx(0.02)
+    assert parts["host"] == pytest.approx(0.01)

@@ -39,6 +39,7 @@ from tuneup.autotune.child_facts import (
     torch_default_threads,
     usable_cores,
 )
+from tuneup.autotune.child_timing import DeviceTimer
 from tuneup.autotune.micro_blockers import micro_batch_blocked, watch_plain_form
 from tuneup.autotune.trainer_trial import TrainerTrial
 from tuneup.runtime import apply, distributed, hooks, malloc_thresholds
@@ -108,6 +109,7 @@ class TrialSession(hooks.Observer):
         self.loop: TunedLoop | None = None
         self.loops: list[TunedLoop] = []  # a GAN's D and G: every tuned_loop of the script
         self.loader: TunedLoader | None = None
+        self.timer = DeviceTimer()  # the device's share of each measured step (CUDA)
         self.pending: TunedLoader | None = None  # the loader whose batch the user holds
         self.started = False
         self.phase = "idle"  # idle -> (warmup -> measure -> check) per trial
@@ -253,6 +255,7 @@ class TrialSession(hooks.Observer):
                     fresh = False
                     wait = time.perf_counter() - requested
                     samples = self.loader.samples_in(batch)
+                    self.timer.step_started()
                     yield batch
                     self._step_done(wait, samples)
         except Exception as exc:
@@ -300,7 +303,8 @@ class TrialSession(hooks.Observer):
             usable_cores=max(1, usable_cores() // (distributed.local_world_size()
                                                    if self.plan.ranks > 1 else 1)),
             ranks=_world_size(), shuffles=loader.shuffles,
-            waits_for_next_plan=self.plan.waits_for_next_plan)
+            waits_for_next_plan=self.plan.waits_for_next_plan, convolutions=any(
+                isinstance(m, torch.nn.modules.conv._ConvNd) for m in loop.eager_model.modules()))
 
     def say_hello(self, device: torch.device, reasons: dict[str, str], dtypes: list[str],
                   **facts: Any) -> None:
@@ -420,9 +424,11 @@ class TrialSession(hooks.Observer):
         self.check_losses = []
         self.peak_rss = 0
         self.generation += 1
+        self.timer.reset(loop.device)
         self.step_ended = time.perf_counter()  # a trial's first step starts now
 
     def _step_done(self, wait: float, samples: int) -> None:
+        self.timer.step_ended(self.phase == "measure" and not self.discontinuity)
         now = time.perf_counter()
         step_s, self.step_ended = now - self.step_ended, now
         self.steps += 1
@@ -506,6 +512,7 @@ class TrialSession(hooks.Observer):
             "step_s": measured / len(self.step_times) if self.step_times else None,
             "step_s_all": [round(t, 6) for t in self.step_times],
             "data_wait_share": sum(self.step_waits) / measured if measured else None,
+            "device_s": self.timer.device_s(),
             "warmup_s": self.warmup_s, "steps": self.plan.warmup_steps + len(self.step_times),
             "check_losses": (self.check_losses
                              if trial.get("check") and self.reference["batches"] else None),

@@ -149,6 +149,7 @@ def _trial_json(result: TrialResult) -> dict[str, Any]:
         "step_s": result.step_time,
         "warmup_s": result.warmup_s,
         "data_wait_share": result.data_wait_share,
+        "breakdown": result.breakdown,  # seconds a step: data_wait, device, host
         "message": result.message or None,
     }
 

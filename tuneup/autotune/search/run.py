@@ -396,7 +396,10 @@ class Search:
                 pending.remove(name)
             self.more_to_come = any(scored[s].factor >= policy.LARGE_GAIN
                                     for s, _ in ready if s != name)
+            speedup = self.speedup
             self.run_stage(name, again=is_again)
+            self.note(f"{self.stage_label}: ceiling {scored[name].factor:.2f}x "
+                      f"({scored[name].why}); measured {self.speedup / speedup:.2f}x")
             visited[name] = self.incumbent
         for name in pending:  # never ran: below the noise, said why
             self.note(self.ceiling(name).skipped())
