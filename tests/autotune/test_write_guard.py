@@ -379,3 +379,31 @@ def test_what_no_hook_sees_is_compared_with_the_folder_before_trials(fake_script
     assert runner.not_put_back == [str(folder / "big.bin")]
     assert {str(folder / name) for name in ("small.txt", "made.txt", "new", "gone.txt",
                                            "secret.key", "latest")} <= set(runner.put_back)
+
+
+def test_a_path_that_cannot_be_put_back_is_named_not_claimed(tmp_path, monkeypatch):
+    """The note said "each was put back as it was" also for a path whose put-back failed."""
+    from tuneup.autotune import put_back
+
+    kept, copy = tmp_path / "ckpt.pt", tmp_path / "copy"
+    kept.write_text("trial")
+    copy.write_text("real")
+    journal = tmp_path / "journal.jsonl"
+    journal.write_text(json.dumps({"path": str(kept), "copy": str(copy), "existed": True}) + "\n")
+
+    def unwritable(source, path):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(put_back, "copy_atomic", unwritable)
+    left: list[str] = []
+    assert write_guard.restore(journal, None, left) == [] and left == [str(kept)]
+
+
+def test_a_trial_killed_by_the_watchdog_still_counts_as_guarded(fake_script):
+    from tuneup.autotune.runner import Runner
+    from tuneup.autotune.trials import Trial
+    from tuneup.settings import Knobs
+
+    with Runner(fake_script({"a": "hang"}), timeout=1.0) as runner:
+        (result,) = runner.run([Trial("a", Knobs(), False)])
+    assert result.status == "hang" and runner.unguarded == 0

@@ -66,9 +66,10 @@ def file_notes(put_back: list[str], not_put_back: list[str], compared_in_part: b
         notes.append(f"the script wrote {len(put_back)} file(s) or folder(s) during trials "
                      f"({_names(put_back)}): each was put back as it was")
     if not_put_back:
-        notes.append(f"{len(not_put_back)} file(s) changed during trials by a writer the write "
-                     f"guard does not see, with no copy kept of what they held "
-                     f"({_names(not_put_back)}): NOT put back, check them")
+        notes.append(f"{len(not_put_back)} file(s) changed during trials could NOT be put back "
+                     f"({_names(not_put_back)}): changed by a writer the write guard does not "
+                     "see with no copy kept (over 4 MiB), or made unwritable by the script; "
+                     "check them")
     if compared_in_part:
         notes.append("the script's folder holds more entries than the snapshot before trials "
                      "records: a file there changed by a writer the guard does not see may "

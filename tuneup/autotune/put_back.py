@@ -39,7 +39,8 @@ def restore(journal: Path, until: float | None = None, left: list[str] | None = 
 
     ``until``: the time (of the file system's clock) the run was last known alive; a path
     changed after it was changed by someone else since the run died (the user's next real
-    run) and stays as it is, named in ``left``."""
+    run) and stays as it is, named in ``left``, as is a path that could not be put back
+    (one the script made unwritable)."""
     try:
         lines = journal.read_text(encoding="utf-8").splitlines()
     except OSError:
@@ -54,15 +55,16 @@ def restore(journal: Path, until: float | None = None, left: list[str] | None = 
             entries.append(entry)
     late = {entry["path"] for entry in entries
             if until is not None and _changed_after(entry["path"], until)}
+    failed = set()
     for entry in reversed(entries):
-        if entry["path"] not in late:
-            put_back(entry)
+        if entry["path"] not in late and not put_back(entry):
+            failed.add(entry["path"])
     with contextlib.suppress(OSError):
         os.replace(journal, journal.with_name(journal.name + REPLAYED_SUFFIX))
     if left is not None:
-        left.extend(sorted(late))
+        left.extend(sorted(late | failed))
     return list(dict.fromkeys(entry["path"] for entry in entries
-                              if _changed(entry) and entry["path"] not in late))
+                              if _changed(entry) and entry["path"] not in late | failed))
 
 
 def _changed_after(path: str, until: float) -> bool:
@@ -72,13 +74,19 @@ def _changed_after(path: str, until: float) -> bool:
         return False
 
 
+def armed(journal: Path) -> bool:
+    """Whether the guard made ``journal`` (replayed since, or not yet)."""
+    return journal.exists() or journal.with_name(journal.name + REPLAYED_SUFFIX).exists()
+
+
 def _changed(entry: dict[str, Any]) -> bool:
     return bool(entry.get("copy") or entry.get("link") is not None or not entry.get("existed")
                 or entry.get("meta_only"))
 
 
-def put_back(entry: dict[str, Any]) -> None:
-    """One journal entry, undone; a path the script made unwritable stays as it is."""
+def put_back(entry: dict[str, Any]) -> bool:
+    """One journal entry, undone; False when it could not be (a path the script made
+    unwritable stays as it is)."""
     path, copy, source = entry["path"], entry.get("copy"), entry.get("renamed_from")
     meta, link = entry.get("meta"), entry.get("link")
     try:
@@ -86,7 +94,7 @@ def put_back(entry: dict[str, Any]) -> None:
             os.rename(path, source)  # a folder moved whole goes back whole
         if copy:
             if not os.path.exists(copy):
-                return  # put back already (a replay cut short, run again)
+                return True  # put back already (a replay cut short, run again)
             _put_back_file(path, Path(copy), meta)
             os.unlink(copy)
         elif link is not None:
@@ -102,7 +110,8 @@ def put_back(entry: dict[str, Any]) -> None:
         elif os.path.lexists(path):
             _apply(path, meta)  # a chmod, chown or utime undone
     except OSError:
-        pass
+        return False
+    return True
 
 
 def _put_back_file(path: str, copy: Path, meta: dict[str, int] | None) -> None:

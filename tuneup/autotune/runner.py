@@ -28,6 +28,7 @@ from tuneup import owned_dirs
 from tuneup.autotune import protocol, write_guard
 from tuneup.autotune.leftovers import SNAPSHOT_DIR, WORKDIR_PREFIX, Recovered, sweep_stale_workdirs
 from tuneup.autotune.protocol import BUDGET, CRASH, ERROR, HANG, NONFINITE, OOM, SKIPPED
+from tuneup.autotune.put_back import armed
 from tuneup.autotune.ranks import RankEvents, died_silently
 from tuneup.autotune.sentinel import DIE_WITH_PARENT, Sentinel
 from tuneup.autotune.snapshot import FolderSnapshot
@@ -124,8 +125,8 @@ class _Process:
         kill_tree(self.popen.pid)
         self.popen.wait()
         kill_marked(self.marker)
-        self.guarded = self.guarded and self.journal.exists()  # the guard made it at start
-        self.put_back.extend(write_guard.restore(self.journal))  # nothing writes any more
+        self.guarded = self.guarded and armed(self.journal)  # the guard made it at start
+        self.put_back.extend(write_guard.restore(self.journal, None, self.not_put_back))
         if self.snapshot is not None:  # what the journal did not see, compared
             compared = self.snapshot.compare_and_put_back(since=self.started_wall - 1.0)
             self.put_back.extend(compared.put_back)
