@@ -120,13 +120,25 @@ def test_the_job_s_own_sitecustomize_runs_as_python_would(tmp_path, base_env, la
 
 
 def test_a_python_that_never_imports_torch_loads_nothing_of_tuneup(tmp_path, base_env):
-    job = ("import sys; print(sorted(m for m in sys.modules "
-           "if m.split('.')[0] in ('tuneup', 'torch', 'typing', 'dataclasses', 'json')))")
-    done = run(job, under_watch(base_env, tmp_path / "feed"), tmp_path)
-    assert done.returncode == 0 and done.stdout.strip() == "[]", done.stdout + done.stderr
+    job = "import json, sys; print(json.dumps(sorted(set(sys.modules) - {'json'})))"
+    plain = set(json.loads(run(job, base_env, tmp_path).stdout))
+    watched = run(job, under_watch(base_env, tmp_path / "feed"), tmp_path)
+    assert set(json.loads(watched.stdout)) - plain <= {"sitecustomize"}, watched.stderr
     stand_in = tmp_path / "stand-in"  # a torch that imports fast: what arms the probe is the name
     (stand_in / "torch").mkdir(parents=True)
     (stand_in / "torch" / "__init__.py").write_text("")
     armed = run("import torch, sys; print('tuneup.watch.plain_probe' in sys.modules)",
                 under_watch(base_env, tmp_path / "feed", stand_in), tmp_path)
     assert armed.stdout.strip() == "True", armed.stderr
+
+
+def test_an_error_in_the_job_s_sitecustomize_is_reported_as_python_reports_it(tmp_path,
+                                                                              base_env):
+    own = tmp_path / "own"
+    own.mkdir()
+    (own / "sitecustomize.py").write_text("raise RuntimeError('broken on purpose')\n")
+    done = run("import sys; print(type(sys.meta_path[0]).__name__)",
+               under_watch(base_env, tmp_path / "feed", own), tmp_path)
+    assert done.returncode == 0 and done.stdout.strip() == "_When"  # the probe stays armed
+    assert done.stderr == ("Error in sitecustomize; set PYTHONVERBOSE for traceback:\n"
+                           "RuntimeError: broken on purpose\n")

@@ -87,21 +87,20 @@ def _arm_probes():
 
 def _chain():
     """The job's own ``sitecustomize`` as Python would have run it: this folder leaves
-    ``sys.path``, the first ``sitecustomize`` on the rest (a module or a package, source or
-    compiled) is executed as ``sys.modules["sitecustomize"]`` (``import sitecustomize`` then
-    gives it, and its classes pickle); an error in it propagates to ``site``, which reports
-    it as it would have. Without one, this module stays the process's ``sitecustomize``."""
+    ``sys.path`` and ``sitecustomize`` is imported again, so the first one on the rest (a
+    module or a package, source or compiled) becomes ``sys.modules["sitecustomize"]``
+    (``import sitecustomize`` then gives it, and its classes pickle); an error in it
+    propagates to ``site``, which reports it as it would have. Without one, this module
+    stays the process's ``sitecustomize``."""
     sys.path[:] = [entry for entry in sys.path
                    if not entry or os.path.realpath(entry) != _HERE]
-    import importlib.machinery
-    import importlib.util
-
-    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", sys.path)
-    if spec is None or spec.loader is None:
-        return
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["sitecustomize"] = module  # the import of this module returns it
-    spec.loader.exec_module(module)
+    ours = sys.modules.pop(__name__)
+    try:
+        __import__(__name__)  # this import's lock is this thread's: it re-enters
+    except ImportError as error:
+        if error.name != __name__:
+            raise
+        sys.modules[__name__] = ours  # importing it (this file) goes on as without a chain
 
 
 _arm_probes()
