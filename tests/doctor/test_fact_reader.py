@@ -84,3 +84,21 @@ def test_the_reader_reads_a_huge_text_only_at_its_ends():
     text = "torch==2.4.0+cu121\n" + "noise line\n" * 200_000 + "Python 3.11.9\n"
     names = {fact.name for fact in read_facts(text)}
     assert {"pip", "python"} <= names
+
+
+@pytest.mark.parametrize(("text", "version", "available"), [
+    ("pip show torch\nName: torch\nVersion: 2.0.1+cu117\n", "2.0.1+cu117", None),
+    ('python -c "import torch; print(torch.__version__, torch.version.cuda, '
+     'torch.cuda.is_available())"\n2.5.1+cu121 12.1 False\n', "2.5.1+cu121", False),
+    ("In [2]: torch.cuda.is_available()\nOut[2]: False\n", None, False),
+    ("I have an RTX 3060 12GB and torch 2.5.1 from pip on Windows 11.\n", "2.5.1", None),
+])
+def test_more_forms_people_paste(text, version, available):
+    snap = read_report(text)
+    assert (snap.torch.version, snap.torch.cuda_available) == (version, available)
+
+
+def test_two_torch_versions_named_settle_nothing_and_say_so():
+    snap = read_report("upgraded torch 2.4.1 to torch 2.5.1, still slow\nPython 3.11\n")
+    assert snap.torch.version is None and snap.platform.python_version == "3.11"
+    assert any("several values of torch.version" in note for note in snap.notes)

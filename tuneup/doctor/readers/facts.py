@@ -24,8 +24,8 @@ _PACKAGES = (r"torch|pytorch|torchvision|torchaudio|pytorch-cuda|pytorch-mutex|c
 _PIP_FREEZE = re.compile(rf"^({_PACKAGES})\s*==\s*({_VERSION})\s*$", re.IGNORECASE)
 _LIST_LINE = re.compile(  # pip list: name version; conda list: name version build [channel]
     rf"^({_PACKAGES})\s+({_VERSION})(?:\s+(\S+))?(?:\s+(\S+))?\s*$", re.IGNORECASE)
-_TORCH_SAID = re.compile(  # "torch version is 2.0.1", "PyTorch: 2.7.0.dev...", "torch version = 2.2.1+rocm5.7"
-    rf"\b(?:py)?torch(?:\s+version)?\s*(?:is|[:=：]|==)\s*v?({_VERSION})", re.IGNORECASE)
+_TORCH_SAID = re.compile(  # "torch version is 2.0.1", "PyTorch: 2.7.0.dev...", "torch 2.5.1 from pip"
+    rf"\b(?:py)?torch(?:\s+version)?\s*(?:is|[:=：]|==)?\s*v?({_VERSION})(?![\w.])", re.IGNORECASE)
 # A line asking an installer for a version (or its resolver answering) names a request, not
 # what is installed: "No matching distribution found for torch==1.13.1", "uv pip install torch==2.3.0".
 _REQUEST_LINE = re.compile(
@@ -119,6 +119,9 @@ def apply_facts(snap: Snapshot, facts: list[Fact]) -> None:
         fact = found[0] if len(values) == 1 else Fact(name, values[0], found[0].line, sure=False)
         if _SETTERS[name](snap, fact, values):
             used.append(fact)
+        elif len(values) > 1 and name == "torch.version" and snap.torch.version is None:
+            snap.notes.append(f"the text names several values of {name} ({', '.join(values[:4])}):"
+                              " not settled")
     for fact in used:
         doubt = "" if fact.sure else " (the text is not unambiguous here)"
         snap.notes.append(f"read from the text: {fact.name} = {fact.value}{doubt}, "
@@ -178,7 +181,12 @@ def _package_facts(line: str) -> list[Fact]:
 
 
 def _printed_facts(line: str, following: list[str]) -> list[Fact]:
-    """``>>> torch.__version__`` / ``python -c "print(torch.version.cuda)"`` and the output below."""
+    """``>>> torch.__version__`` / ``python -c "print(torch.version.cuda)"`` and the output below
+    (``print(a, b, c)`` printing three values on one line is read value by value)."""
+    following = [re.sub(r"^Out\[\d+\]:\s*", "", o) for o in following]
+    several = _several_printed(line, following)
+    if several:
+        return several
     facts = []
     for name, pattern in _PRINTED.items():
         if not pattern.search(line):
@@ -191,6 +199,28 @@ def _printed_facts(line: str, following: list[str]) -> list[Fact]:
         value = _printed_value(name, (output or "").strip().strip("'\""))
         if value:
             facts.append(Fact(name, value, f"{line} → {output.strip()}" if output else line))
+    return facts
+
+
+def _several_printed(line: str, following: list[str]) -> list[Fact]:
+    call = re.search(r"print\((.+)\)", line)
+    if call is None or "," not in call.group(1):
+        return []
+    names = []
+    for argument in call.group(1).split(","):
+        name = next((n for n, p in _PRINTED.items() if p.search(argument)), None)
+        if name is None:
+            return []  # something else is printed too: which value is which is not certain
+        names.append(name)
+    output = next((o for o in following if o and not _PROMPT.match(o)), "")
+    values = output.split()
+    if len(values) != len(names):
+        return []
+    facts = []
+    for name, raw in zip(names, values):
+        value = _printed_value(name, raw.strip("'\",()"))
+        if value:
+            facts.append(Fact(name, value, f"{line} → {output}"))
     return facts
 
 
@@ -261,8 +291,8 @@ def _named_facts(line: str) -> list[Fact]:
 
 
 def _set_torch_version(snap: Snapshot, fact: Fact, values: list[str]) -> bool:
-    if snap.torch.version is not None or snap.torch.importable is False:
-        return False
+    if snap.torch.version is not None or snap.torch.importable is False or len(values) > 1:
+        return False  # "tried 2.6.0+cu124, then 2.7.1+cu128": which one is installed is unknown
     version = values[0] if versions.parse(values[0]) else None
     if version is None:
         return False
