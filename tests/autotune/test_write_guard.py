@@ -341,44 +341,65 @@ def test_only_the_interpreters_library_folders_are_exempt(tmp_path):
 
 
 UNSEEN = textwrap.dedent("""
-    import os, subprocess
+    import os, subprocess, sys
     here = os.path.dirname(os.path.abspath(__file__))
     subprocess.run(["sh", "-c", "printf trial > small.txt; printf trial > big.bin; "
                     "printf new > made.txt; mkdir -p new/deep; printf x > new/deep/f; "
-                    "rm gone.txt; chmod 777 secret.key; ln -sfn small.txt latest"], cwd=here,
-                   check=True)                                   # a process the hook never sees
+                    "rm gone.txt; chmod 777 secret.key; ln -sfn small.txt latest; "
+                    "printf trial > $1/result.txt; printf new > $1/extra.txt", "sh", sys.argv[2]],
+                   cwd=here, check=True)                         # a process the hook never sees
 """)
 
 
-def test_what_no_hook_sees_is_compared_with_the_folder_before_trials(fake_script, monkeypatch):
-    """A spawned program (or any native writer) changes the script's folder: small files come
-    back from the copies kept before the first trial, a big one is named as not put back."""
+def test_what_no_hook_sees_is_compared_with_the_folders_before_trials(fake_script, tmp_path,
+                                                                     monkeypatch):
+    """A spawned program (or any native writer) changes the script's folder and one its
+    arguments name: small files come back from the copies kept before the first trial, a
+    big one is named as not put back."""
     from tuneup.autotune import snapshot
     from tuneup.autotune.runner import Runner
     from tuneup.autotune.trials import Trial
     from tuneup.settings import Knobs
 
-    script = fake_script()
+    folder, outside = tmp_path / "src", tmp_path / "results"
+    folder.mkdir()
+    outside.mkdir()
+    (outside / "result.txt").write_text("real result")
+    script = fake_script(name="src/train.py")
     script.write_text(UNSEEN + script.read_text())
-    folder = script.parent
     (folder / "small.txt").write_text("real")
     (folder / "big.bin").write_bytes(b"B" * 64)
     (folder / "gone.txt").write_text("keep me")
     (folder / "secret.key").write_text("key")
     os.chmod(folder / "secret.key", 0o600)
     os.symlink("gone.txt", folder / "latest")
-    before = _state(folder)
+    before, elsewhere = _state(folder), _state(outside)
     monkeypatch.setattr(snapshot, "MAX_FILE_BYTES", 32)  # big.bin is too big to copy up front
-    with Runner(script) as runner:
+    with Runner(script, ["--out", str(outside)]) as runner:
         results = runner.run([Trial("a", Knobs(num_workers=0), False)])
         assert [r.status for r in results] == ["ok"]
     after = _state(folder)
     assert after.pop("big.bin")[1] == b"trial"
     before.pop("big.bin")
-    assert after == before
+    assert after == before and _state(outside) == elsewhere
     assert runner.not_put_back == [str(folder / "big.bin")]
     assert {str(folder / name) for name in ("small.txt", "made.txt", "new", "gone.txt",
                                            "secret.key", "latest")} <= set(runner.put_back)
+
+
+def test_the_folders_recorded_are_the_users_not_home_or_shared_ones(tmp_path, monkeypatch):
+    from tuneup.autotune.snapshot import named_folders, user_folders
+
+    project = tmp_path / "project"
+    (project / "src").mkdir(parents=True)
+    (project / "ckpts").mkdir()
+    (project / "ckpts" / "last.pt").write_bytes(b"w")
+    (tmp_path / "runs").mkdir()
+    monkeypatch.chdir(project)  # cd project; python src/train.py --ckpt=ckpts/last.pt ...
+    named = named_folders(project / "src" / "train.py",
+                          ["--ckpt=ckpts/last.pt", "--out", str(tmp_path / "runs"), "3"])
+    assert user_folders(named) == [str(project), str(tmp_path / "runs")]
+    assert user_folders([Path("/"), Path.home(), Path("/tmp")]) == []  # /tmp: world-writable
 
 
 def test_a_path_that_cannot_be_put_back_is_named_not_claimed(tmp_path, monkeypatch):

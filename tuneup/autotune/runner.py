@@ -31,7 +31,7 @@ from tuneup.autotune.protocol import BUDGET, CRASH, ERROR, HANG, NONFINITE, OOM,
 from tuneup.autotune.put_back import armed
 from tuneup.autotune.ranks import RankEvents, died_silently
 from tuneup.autotune.sentinel import DIE_WITH_PARENT, Sentinel
-from tuneup.autotune.snapshot import FolderSnapshot
+from tuneup.autotune.snapshot import FolderSnapshot, named_folders
 from tuneup.autotune.space import ScriptFacts
 from tuneup.autotune.trials import Trial, TrialResult
 from tuneup.errors import ScriptError
@@ -402,8 +402,8 @@ class Runner:
         scratch.mkdir(exist_ok=True)
         marker = f"{self._run_marker}-{n}-{secrets.token_hex(8)}"
         journal = self._workdir / f"writes-{n}.jsonl"
-        if self._snapshot is None:  # before the first trial: what the script's folder holds
-            self._snapshot = FolderSnapshot.take(self.script.resolve().parent,
+        if self._snapshot is None:  # before the first trial: what the user's folders hold
+            self._snapshot = FolderSnapshot.take(named_folders(self.script, self.args),
                                                  self._workdir / SNAPSHOT_DIR, (self._workdir,))
             self._sentinel = Sentinel(self._workdir, f"{self._run_marker}-")
         python_path = [str(SITE_DIR), *filter(None, [os.environ.get("PYTHONPATH")])]

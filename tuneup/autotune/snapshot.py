@@ -1,16 +1,18 @@
-"""The script's folder as it was before the first trial: the second line behind the journal.
+"""The user's folders as they were before the first trial: the second line behind the journal.
 
 The write guard journals what Python's audit hook and the wrapped native writers see; a
 writer it does not see (another native library, a process the script spawns, a file written
 through a descriptor from elsewhere) would change the user's files unnoticed. So before the
-first trial the runner records the script's folder tree (path, kind, size, mtime, mode,
-owner, link target) and keeps a copy of each small file; after every trial process, once its
-journal is replayed, the folder is compared with that record: a file changed or removed is
+first trial the runner records the script's folder tree, the working directory's and those
+of folders the script's arguments name (path, kind, size, mtime, mode, owner, link target)
+and keeps a copy of each small file; after every trial process, once its journal is
+replayed, the folders are compared with that record: a file changed or removed is
 put back from its copy, a link as the link, a mode as it was; a new file or folder is
 removed; a changed file with no copy (too big to copy up front) is named as not put back.
 Bounded: at most :data:`MAX_ENTRIES` entries are recorded (version control and cache folders
 skipped), files above :data:`MAX_FILE_BYTES` or past :data:`MAX_TOTAL_BYTES` are not copied;
-a world-writable folder (the script in ``/tmp`` itself) is not recorded. Only changes made
+a world-writable folder (the script in ``/tmp`` itself), the home folder or ``/`` whole
+is not recorded. Only changes made
 while a trial process ran count as the trials': anyone's change to the folder in that time
 is undone too, and named in the report.
 """
@@ -32,8 +34,10 @@ MAX_ENTRIES = 20_000
 MAX_FILE_BYTES = 4 << 20
 MAX_TOTAL_BYTES = 128 << 20
 SKIPPED = frozenset({".git", ".hg", ".svn", "__pycache__", ".mypy_cache", ".pytest_cache",
-                     ".ruff_cache", ".ipynb_checkpoints"})
+                     ".ruff_cache", ".ipynb_checkpoints", "site-packages", "dist-packages",
+                     "node_modules"})
 SKIPPED_PREFIXES = ("tuneup-autotune-", "tuneup-watch-", ".tuneup-born-")  # tuneup's own folders
+CWD_LEVELS = 3
 MANIFEST = "manifest.json"
 
 
@@ -46,26 +50,27 @@ class Comparison:
 
 
 class FolderSnapshot:
-    """The record of one folder tree, kept in ``store`` (so a sweep after a SIGKILL reads it)."""
+    """The record of the user's folder trees, kept in ``store`` (so that a sweep after a
+    SIGKILL reads it): the script's folder, the working directory, folders its arguments
+    name (see :func:`user_folders`)."""
 
-    def __init__(self, root: str, entries: dict[str, dict[str, Any]], complete: bool,
-                 store: Path, owner: int) -> None:
-        self.root, self.entries, self.complete, self.store = root, entries, complete, store
-        self.owner = owner  # of the script's folder
+    def __init__(self, roots: dict[str, int], entries: dict[str, dict[str, Any]],
+                 complete: bool, store: Path) -> None:
+        self.roots = roots  # each recorded folder, and its owner
+        self.entries, self.complete, self.store = entries, complete, store
 
     @classmethod
-    def take(cls, root: Path, store: Path, exclude: tuple[Path, ...] = ()) -> FolderSnapshot:
-        """Record ``root`` (and copy its small files into ``store``), leaving ``exclude``
-        (the run's own work folder) out."""
+    def take(cls, folders: list[Path], store: Path, exclude: tuple[Path, ...] = ()
+             ) -> FolderSnapshot:
+        """Record ``folders`` (and copy their small files into ``store``), leaving
+        ``exclude`` (the run's own work folder) out."""
         store.mkdir(parents=True, exist_ok=True)
-        root_path = os.path.realpath(root)
         excluded = {os.path.realpath(p) for p in exclude}
+        roots = {root: os.stat(root).st_uid for root in user_folders(folders)}
         entries: dict[str, dict[str, Any]] = {}
         copied = 0
-        root_status = os.stat(root_path)
-        shared = bool(root_status.st_mode & stat.S_IWOTH)  # /tmp itself: not one user's folder
-        complete = not shared
-        for path, status in [] if shared else _walk(root_path, excluded):
+        complete = True
+        for path, status in (item for root in roots for item in _walk(root, excluded)):
             if len(entries) >= MAX_ENTRIES:
                 complete = False
                 break
@@ -80,20 +85,18 @@ class FolderSnapshot:
                     entry["copy"] = str(copy)
                     copied += status.st_size
             entries[path] = entry
-        snapshot = cls(root_path, entries, complete, store, root_status.st_uid)
-        (store / MANIFEST).write_text(json.dumps({"root": root_path, "complete": complete,
-                                                  "owner": root_status.st_uid,
+        (store / MANIFEST).write_text(json.dumps({"roots": roots, "complete": complete,
                                                   "entries": entries}), encoding="utf-8")
-        return snapshot
+        return cls(roots, entries, complete, store)
 
     @classmethod
     def load(cls, store: Path) -> FolderSnapshot | None:
         """The record a run kept in ``store``, or ``None``."""
         try:
             data = json.loads((store / MANIFEST).read_text(encoding="utf-8"))
-            return cls(data["root"], data["entries"], bool(data["complete"]), store,
-                       int(data["owner"]))
-        except (OSError, ValueError, KeyError, TypeError):
+            return cls({str(k): int(v) for k, v in data["roots"].items()}, data["entries"],
+                       bool(data["complete"]), store)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return None
 
     def compare_and_put_back(self, since: float | None = None, until: float | None = None
@@ -103,7 +106,7 @@ class FolderSnapshot:
         the trial process started, or after a dead run's last sign of life (the user's own
         work), stays. New entries of another user (root tuning in a shared folder) stay."""
         result = Comparison()
-        owners = {os.geteuid(), self.owner}
+        owners = {os.geteuid(), *self.roots.values()}
 
         def theirs(status: os.stat_result | None) -> bool:
             return status is None or ((since is None or status.st_ctime >= since)
@@ -115,7 +118,8 @@ class FolderSnapshot:
                 self._put_back_one(path, entry, status, result)
         if not self.complete:
             return result  # what is new cannot be told from what was not recorded
-        current = dict(_walk(self.root, {os.path.realpath(self.store.parent)}))
+        excluded = {os.path.realpath(self.store.parent)}
+        current = dict(item for root in self.roots for item in _walk(root, excluded))
         for path in sorted(set(current) - set(self.entries), reverse=True):  # children first
             if not theirs(current[path]) or current[path].st_uid not in owners:
                 continue
@@ -149,6 +153,47 @@ class FolderSnapshot:
             result.not_put_back.append(path)
 
 
+def named_folders(script: Path, args: list[str]) -> list[Path]:
+    """Where the script may keep the user's files: its folder; the working directory when
+    the script lies at most :data:`CWD_LEVELS` below it (``cd project; python src/train.py``);
+    each folder an argument names, and the folder of each file an argument names by a path
+    (``--out runs/a``, ``--ckpt=ckpts/model.pt``)."""
+    folder = script.resolve().parent
+    found = [folder]
+    cwd = Path.cwd().resolve()
+    if cwd in folder.parents[:CWD_LEVELS]:
+        found.append(cwd)
+    for arg in args:
+        for text in {arg, arg.partition("=")[2]} - {""}:
+            with contextlib.suppress(OSError, ValueError):
+                path = Path(text)
+                if path.is_dir():
+                    found.append(path)
+                elif os.sep in text and path.exists():
+                    found.append(path.parent)
+    return found
+
+
+def user_folders(candidates: list[Path]) -> list[str]:
+    """The folders worth recording among ``candidates``: existing folders, resolved, none
+    inside another; never ``/``, the home folder or one above it, nor a world-writable one
+    (``/tmp`` itself): those hold far more than one project, and other people's files."""
+    home = os.path.realpath(os.path.expanduser("~"))
+    chosen: list[str] = []
+    for candidate in candidates:
+        folder = os.path.realpath(candidate)
+        try:
+            status = os.stat(folder)
+        except OSError:
+            continue
+        if (not stat.S_ISDIR(status.st_mode) or status.st_mode & stat.S_IWOTH
+                or (home + os.sep).startswith(folder.rstrip(os.sep) + os.sep)):
+            continue
+        chosen.append(folder)
+    return sorted(f for f in set(chosen)
+                  if not any(f.startswith(other + os.sep) for other in chosen if other != f))
+
+
 def _walk(root: str, excluded: set[str]) -> list[tuple[str, os.stat_result]]:
     """Every entry under ``root`` (not following links), folders before their contents,
     at most one more than :data:`MAX_ENTRIES`."""
@@ -164,13 +209,18 @@ def _walk(root: str, excluded: set[str]) -> list[tuple[str, os.stat_result]]:
             path = os.path.join(folder, name)
             status = _lstat(path)
             if (status is None or name in SKIPPED or name.startswith(SKIPPED_PREFIXES)
-                    or path in excluded):
+                    or path in excluded or _other_environment(path, status)):
                 continue
             found.append((path, status))
             if stat.S_ISDIR(status.st_mode):
                 pending.append(path)
     found.sort(key=lambda item: item[0].split(os.sep))
     return found
+
+
+def _other_environment(path: str, status: os.stat_result) -> bool:
+    """A virtualenv inside the folder (``.venv/``): installed code, not the user's files."""
+    return stat.S_ISDIR(status.st_mode) and os.path.exists(os.path.join(path, "pyvenv.cfg"))
 
 
 def _lstat(path: str) -> os.stat_result | None:
