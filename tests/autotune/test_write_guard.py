@@ -428,3 +428,37 @@ def test_a_trial_killed_by_the_watchdog_still_counts_as_guarded(fake_script):
     with Runner(fake_script({"a": "hang"}), timeout=1.0) as runner:
         (result,) = runner.run([Trial("a", Knobs(), False)])
     assert result.status == "hang" and runner.unguarded == 0
+
+
+OTHER_USERS = textwrap.dedent("""
+    import os, sys
+    from pathlib import Path
+    from tuneup.autotune import write_guard
+    user, work = Path(sys.argv[1]), Path(sys.argv[2])
+    write_guard.install(work / "journal.jsonl", work / "copies", work)
+    (user / "ckpt.tmp").write_bytes(b"trial")
+    os.replace(user / "ckpt.tmp", user / "ckpt.pt")              # a new file, root's
+    os.remove(user / "runs" / "log.txt")
+    os.rmdir(user / "runs")
+""")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving files to another user needs root")
+def test_root_tuning_another_users_script_gives_her_files_back_to_her(tmp_path):
+    """Restored as root's, her next torch.save into them failed."""
+    user, work = tmp_path / "user", tmp_path / "work"
+    (user / "runs").mkdir(parents=True)
+    work.mkdir()
+    (user / "ckpt.pt").write_bytes(b"hers")
+    (user / "runs" / "log.txt").write_text("her log")
+    for path in (user / "ckpt.pt", user / "runs", user / "runs" / "log.txt"):
+        os.chown(path, 4321, 4321)
+    before = _state(user)
+    script = tmp_path / "script.py"
+    script.write_text(OTHER_USERS)
+    done = subprocess.run([sys.executable, str(script), str(user), str(work)],
+                          capture_output=True, text=True, timeout=60, env=_env(work))
+    assert done.returncode == 0, done.stderr
+    write_guard.restore(work / "journal.jsonl")
+    assert _state(user) == before
+    assert {p.stat().st_uid for p in user.rglob("*")} == {4321}
