@@ -102,3 +102,9 @@ def test_two_torch_versions_named_settle_nothing_and_say_so():
     snap = read_report("upgraded torch 2.4.1 to torch 2.5.1, still slow\nPython 3.11\n")
     assert snap.torch.version is None and snap.platform.python_version == "3.11"
     assert any("several values of torch.version" in note for note in snap.notes)
+
+
+def test_a_cpu_build_stated_in_prose_is_a_warning_never_an_error():
+    text = "pip installed the CPU-only build of torch even though I have CUDA 12.4 installed.\n"
+    found = {f.code: f.severity for f in diagnose(read_report(text)).findings}
+    assert found.get("TU104") == "warning" and "error" not in found.values()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from tuneup.doctor import knowledge as kb
 from tuneup.doctor import messages
 from tuneup.doctor.findings import ERROR, INFO, WARNING
+from tuneup.doctor.readers.facts import unsure_fact
 from tuneup.doctor.rules.context import Context, GpuFact
 from tuneup.doctor.rules.recommend import find_wheel, install_fix
 from tuneup.machine import versions
@@ -19,8 +20,9 @@ JETPACK_FIX = ("install NVIDIA's PyTorch for JetPack (a '+nv' wheel matching the
 def check(ctx: Context) -> None:
     build = ctx.build
     torch = ctx.snap.torch
-    if build.kind == "cpu" and (build.version is not None or not build.assumed):
-        _cpu_only(ctx)  # also without a version: torch's own error can say it is a CPU build
+    stated = unsure_fact(ctx.snap, "torch.build") is not None  # "installs the CPU version"
+    if build.kind == "cpu" and (build.version is not None or not build.assumed or stated):
+        _cpu_only(ctx)  # also without a version: torch's own error or the user can say so
     elif build.kind == "cuda" and (build.version is not None or torch.arch_list):
         _arch(ctx)  # torch's own arch list judges the build even when its version is not given
     elif build.version is None:
