@@ -18,7 +18,8 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 import torch.nn.functional as F
-from torch.utils.data import DataLoader, IterableDataset, TensorDataset
+from torch.utils.data import (BatchSampler, DataLoader, IterableDataset, RandomSampler,
+                              TensorDataset)
 
 from tuneup import tuned_loader, tuned_loop
 from tuneup.runtime.loader import TunedLoader
@@ -51,11 +52,14 @@ def indices(loader: Any) -> list[list[list[int]]]:
 def orders(accelerator: Any, make: Any) -> dict[str, Any]:
     """Each kind of loader prepared, from the same global random state, and its batches."""
     found: dict[str, Any] = {}
-    for name, dataset, kwargs in (("shuffled", indexed(), {"shuffle": True}),
-                                  ("dropping", indexed(), {"shuffle": True, "drop_last": True}),
-                                  ("stream", Stream(), {})):
+    own_batches = BatchSampler(RandomSampler(range(SIZE)), BATCH + 1, drop_last=False)
+    for name, dataset, kwargs in (
+            ("shuffled", indexed(), {"batch_size": BATCH, "shuffle": True}),
+            ("dropping", indexed(), {"batch_size": BATCH, "shuffle": True, "drop_last": True}),
+            ("own batch sampler", indexed(), {"batch_sampler": own_batches}),
+            ("stream", Stream(), {"batch_size": BATCH})):
         torch.manual_seed(0)
-        loader = accelerator.prepare(make(dataset, batch_size=BATCH, **kwargs))
+        loader = accelerator.prepare(make(dataset, **kwargs))
         found[name] = indices(loader)
         if isinstance(loader, TunedLoader):
             found[f"{name} prepared as"] = type(loader.dataloader).__name__
@@ -126,7 +130,7 @@ def ranks(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
     return [json.loads((folder / f"rank.{rank}").read_text()) for rank in range(WORLD)]
 
 
-@pytest.mark.parametrize("kind", ["shuffled", "dropping", "stream"])
+@pytest.mark.parametrize("kind", ["shuffled", "dropping", "own batch sampler", "stream"])
 def test_each_process_gets_exactly_the_batches_of_a_prepared_dataloader(ranks, kind):
     for found in ranks:
         assert found["processes"] == WORLD
