@@ -79,6 +79,16 @@ class Feed(hooks.Observer):
         self.loader: TunedLoader | None = None
         self.due = 0.0  # the clock reading from which the next publish may happen
 
+    def loader_created(self, loader: TunedLoader) -> None:
+        """A loader linked to a training loop: say at once that this process trains (zero
+        counters), before its first batch: Hogwild's trainers, spawned by the script, were
+        called DataLoader workers, and the job input-bound, until then. Which loader the
+        feed follows is still decided by the batches, and the first one is published."""
+        if self.loader is None and loader.loop is not None:
+            self.loader = loader
+            self.publish()
+            self.loader, self.due = None, 0.0
+
     def batches(self, loader: TunedLoader, source: Iterator[Any]) -> Iterator[Any]:
         """Follow the first loader iterated, or the first linked to a loop (which counts
         optimizer steps) once one is: an eval loader on its own does not replace it."""
