@@ -73,6 +73,8 @@ def watch(workdir: Path, marker_prefix: str, pipe: int) -> None:
         return  # the run has ended already, and removed its folder
     while os.read(pipe, 4096):
         pass  # nothing is ever written: the end of the pipe is the message
+    if not os.path.isdir(workdir):
+        return  # the run ended itself: trials ended, files put back, folder removed
     _kill_trials(marker_prefix)
     fcntl.flock(lock, fcntl.LOCK_EX)  # the run's lock is gone with it; a sweep may hold it
     if os.path.isdir(workdir):
