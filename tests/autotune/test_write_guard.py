@@ -220,6 +220,7 @@ LINKS = textwrap.dedent("""
     with open(user / "data.bin", "r+b") as data:                 # in place: its hard link sees it
         data.write(b"TRIAL")
     os.chmod(user / "secret.key", 0o777)                         # 0600 left 0777
+    os.chmod(user / "data-link", 0o600)                          # through a link: its target
     os.utime(user / "ckpt-1.pt", (1, 1))
     os.chmod(user / "ckpt-1.pt", 0o444)
 """)
@@ -236,6 +237,7 @@ def test_links_hard_links_modes_and_times_come_back_as_they_were(tmp_path):
     (user / "data.bin").write_bytes(b"original data")
     (user / "dvc-cache").mkdir()
     os.link(user / "data.bin", user / "dvc-cache" / "ab12")
+    os.symlink("data.bin", user / "data-link")
     (user / "secret.key").write_text("key")
     os.chmod(user / "secret.key", 0o600)
     before = _state(user)

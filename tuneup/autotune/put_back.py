@@ -90,6 +90,10 @@ def put_back(entry: dict[str, Any]) -> bool:
     path, copy, source = entry["path"], entry.get("copy"), entry.get("renamed_from")
     meta, link = entry.get("meta"), entry.get("link")
     try:
+        if entry.get("meta_only"):  # a chmod, chown or utime undone (content entries come first)
+            if os.path.lexists(path):
+                _apply(path, meta)
+            return True
         if source and not os.path.lexists(source) and os.path.isdir(path):
             os.rename(path, source)  # a folder moved whole goes back whole
         if copy:
@@ -108,7 +112,7 @@ def put_back(entry: dict[str, Any]) -> bool:
         elif not entry.get("existed"):
             remove(path)
         elif os.path.lexists(path):
-            _apply(path, meta)  # a chmod, chown or utime undone
+            _apply(path, meta)  # the same bytes: only owner, mode or times changed
     except OSError:
         return False
     return True

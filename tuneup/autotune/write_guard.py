@@ -6,13 +6,15 @@ installs an audit hook (PEP 578) that sees every file the script opens for writi
 replaces or removes, and every folder it makes; before the first change to a path it keeps a
 copy of what was there in the work directory and appends a line to a journal. The runner, once
 the process has ended for whatever reason (SIGKILL included: nothing here relies on the child
-cleaning up), replays the journal backwards: copies go back, new files and empty new folders
-go away. The user's real run is not affected: the hook exists only in autotune's child.
+cleaning up), replays the journal backwards (:mod:`tuneup.autotune.put_back`: copies go back
+into the same inode, links as links, with owner, mode and times; new files and empty new
+folders go away); if the run itself dies, its sentinel or the next start does. The user's
+real run is not affected: the hook exists only in autotune's child.
 
 ``torch.save``, ``torch.jit.save`` and safetensors write from C++ and Rust: they are
 wrapped (see :data:`NATIVE_WRITERS`); sqlite3's files are named by its ``sqlite3.connect``
 event. Other native writers (an HDF5 library, a logger's native client) and processes the
-script spawns rather than forks are not seen here: the script's folder is compared with a
+script spawns rather than forks are not seen here: the user's folders are compared with a
 snapshot after each trial process instead (:mod:`tuneup.autotune.snapshot`).
 """
 
@@ -87,8 +89,8 @@ class WriteGuard:
             self.before_change(_at(args[0], args[-1]))  # rmtree removes relative to a dir_fd
         elif event == "os.truncate":
             self.before_change(args[0], follow=True)
-        elif event in ("os.chmod", "os.chown", "os.utime"):  # (path, ..., dir_fd)
-            self.before_change(_at(args[0], args[-1]), metadata_only=True)
+        elif event in ("os.chmod", "os.chown", "os.utime"):  # (path, ..., dir_fd): follows links
+            self.before_change(_at(args[0], args[-1]), follow=True, metadata_only=True)
         elif event == "sqlite3.connect":  # (database,): it and the files beside it
             for name in _sqlite_files(args[0] if args else None):
                 self.before_change(name, follow=True)
