@@ -89,3 +89,15 @@ def test_cuda_11_nccl_wheels_cannot_be_captured_in_graphs() -> None:
                  if f.code == "TU407"]
         assert len(found) == 1 and found[0].severity == "warning", version
     assert "TU407" not in codes(_with_wheels("2.2.0+cu121", {"nvidia-nccl-cu12": "2.19.3"}))
+
+
+def test_a_cuda_build_on_windows_is_told_distributed_needs_gloo():
+    from tuneup.doctor.readers import read_report
+    from tuneup.doctor.rules import diagnose
+
+    text = ("PyTorch version: 2.7.0+cu126\nCUDA used to build PyTorch: 12.6\n"
+            "OS: Microsoft Windows 10 Home\nGPU models and configuration: GPU 0: NVIDIA GeForce GTX 1070\n")
+    found = {f.code: f.severity for f in diagnose(read_report(text)).findings}
+    assert found.get("TU410") == "info"
+    linux = text.replace("Microsoft Windows 10 Home", "Ubuntu 22.04.4 LTS (x86_64)")
+    assert "TU410" not in {f.code for f in diagnose(read_report(linux)).findings}

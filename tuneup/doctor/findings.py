@@ -104,6 +104,7 @@ _CODES = [
     Code("TU407", "nccl-problem", "nccl", "the NCCL cannot be captured in CUDA graphs"),
     Code("TU408", "nccl-problem", "nccl", "NCCL reported an unhandled system error"),
     Code("TU409", "nccl-problem", "nccl", "a pasted error from NCCL or torch.distributed"),
+    Code("TU410", "nccl-problem", "nccl", "torch on Windows has no NCCL: distributed needs gloo"),
     Code("TU420", "rendezvous-failed", "nccl", "local ranks could not rendezvous"),
     Code(
         "TU421",
@@ -144,6 +145,7 @@ _CODES = [
     ),
     Code("TU505", "no-gpu-visible", "visibility", "a pasted error says CUDA sees no usable GPU"),
     Code("TU506", "no-gpu-visible", "visibility", "a CUDA build sees no GPU: one may be hidden"),
+    Code("TU507", "no-gpu-visible", "visibility", "several MIG instances: one process sees one"),
     Code("TU601", "rocm-build", "rocm", "an AMD GPU with a CUDA build of PyTorch"),
     Code("TU602", "rocm-build", "rocm", "a ROCm build of PyTorch on an NVIDIA machine"),
     Code("TU603", "rocm-build", "rocm", "an AMD GPU with a CPU-only build of PyTorch"),

@@ -395,7 +395,8 @@ def parse_collect_env(text: str, require_evidence: bool = True) -> Snapshot | No
     _read_libraries(raw, snap)
     _read_cpu(raw, snap)
     _read_env(raw, snap)
-    raw.messages.extend(_registry_lines(text, raw.messages))
+    if not strong:  # a partial paste: a known line the warning scan missed (a full report's
+        raw.messages.extend(_registry_lines(text, raw.messages))  # are caught by the scan)
     _read_messages(raw, snap)
     apply_facts(snap, read_facts(text))
     snap.notes = (_notes(raw, snap) if evidence else [NO_REPORT]) + snap.notes

@@ -78,6 +78,7 @@ _TOOLKIT = re.compile(r"\bcuda(?:\s+toolkit)?\s+(?:version\s+)?(?:is\s+)?v?(1\d\
 _REQUESTED = re.compile(r"\btorch==(\d+\.\d+(?:\.\d+)?)")
 _INDEX = re.compile(r"/whl/(?:nightly/|test/)?(cu\d{2,3}|cpu|rocm\d+(?:\.\d+)*)\b")
 _INSTALL = re.compile(r"\b(?:pip3?|uv(?:\s+pip)?|conda|mamba)\s+(?:install|add)\b", re.IGNORECASE)
+_MIG_DEVICE = re.compile(r"^MIG\s+\d+g\.\d+gb\s+Device\s+\d+", re.IGNORECASE)
 _NO_GPU_SAID = re.compile(
     r"\b(?:no (?:nvidia |cuda )?gpu(?! is| was| found| detected| available)|without (?:a |an )?(?:nvidia )?gpu"
     r"|cpu[- ]only (?:machine|server|host|laptop)|does(?:n't| not) have (?:a |an )?(?:nvidia )?gpu)",
@@ -101,6 +102,9 @@ def read_facts(text: str) -> list[Fact]:
         text = text[:SCANNED_CHARS] + "\n" + text[-SCANNED_CHARS:]
     lines = [_plain(line) for line in text.splitlines()]
     facts: list[Fact] = []
+    mig = [line for line in lines if _MIG_DEVICE.match(line)]
+    if mig:  # collect_env lists MIG instances under their GPU: "MIG 3g.40gb Device 0:"
+        facts.append(Fact("mig.devices", str(len(mig)), mig[0]))
     for number, line in enumerate(lines):
         if not line:
             continue
@@ -491,4 +495,5 @@ _SETTERS = {
     "install.index": _set_nothing,
     "install.torch": _set_nothing,
     "machine.gpu": _set_nothing,
+    "mig.devices": _set_nothing,
 }

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from tuneup.doctor import knowledge as kb
 from tuneup.doctor import messages
-from tuneup.doctor.findings import ERROR, WARNING
+from tuneup.doctor.findings import ERROR, INFO, WARNING
 from tuneup.doctor.rules.context import Context
 from tuneup.machine import versions
 
@@ -25,6 +25,7 @@ GRAPH_CAPTURE_FROM = (11, 3)
 
 
 def check(ctx: Context) -> None:
+    _windows(ctx)
     _wheels(ctx)
     _wheel_fit(ctx)
     _graph_capture(ctx)
@@ -32,6 +33,17 @@ def check(ctx: Context) -> None:
     _system_error(ctx)
     _libraries(ctx)
     _switches(ctx)
+
+
+def _windows(ctx: Context) -> None:
+    """TU410: PyTorch's Windows wheels are built without NCCL (USE_DISTRIBUTED uses gloo there),
+    so a NCCL process group cannot exist on this machine whatever the driver or CUDA build."""
+    if ctx.os_family == "windows" and ctx.build.kind == "cuda" and not ctx.has("nccl-problem"):
+        ctx.add("TU410", INFO,
+                f"{ctx.build.label} on Windows has no NCCL: torch.distributed (DDP, Lightning's "
+                "'ddp' strategies) needs backend='gloo' here.",
+                "init_process_group(backend='gloo') (Lightning: strategy='ddp' with "
+                "process_group_backend='gloo'), or run under WSL2/Linux for NCCL")
 
 
 def _wheel_fit(ctx: Context) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tuneup.doctor.findings import ERROR, WARNING
+from tuneup.doctor.findings import ERROR, INFO, WARNING
 from tuneup.doctor.readers.facts import noted_value
 from tuneup.doctor.rules.context import Context
 from tuneup.machine import versions
@@ -20,6 +20,7 @@ UNEXPLAINED_FIX = (
 
 
 def check(ctx: Context) -> None:
+    _mig(ctx)
     torch = ctx.snap.torch
     if ctx.build.requested or ctx.build.kind not in ("cuda", None):
         return
@@ -110,6 +111,18 @@ def _hidden_by_visible_devices(ctx: Context) -> str:
             if index < 0 or index >= count:
                 return f"names GPU {index} but only {count} GPU(s) exist (indices 0..{count - 1})"
     return ""
+
+
+def _mig(ctx: Context) -> None:
+    """TU507: CUDA shows one process one MIG instance (the first of CUDA_VISIBLE_DEVICES), so a
+    report listing several means one process cannot use them all (device 1 does not exist)."""
+    count = int(noted_value(ctx.snap, "mig.devices") or 0)
+    if count >= 2:
+        ctx.add("TU507", INFO,
+                f"the report lists {count} MIG instances: one CUDA process sees only one of them "
+                "(torch.cuda.device_count() is 1, cuda:1 does not exist).",
+                "run one process per MIG instance, each with CUDA_VISIBLE_DEVICES=MIG-<uuid> "
+                "(nvidia-smi -L lists them)")
 
 
 def _none_seen(ctx: Context) -> None:
