@@ -41,3 +41,18 @@ def test_the_report_alone_is_right_on_nine_in_ten_without_false_errors() -> None
     results = [verdict(case) for case in CASES]
     assert sum(right for right, _ in results) >= 0.9 * len(CASES)
     assert not any(false for _, false in results)
+
+
+HOLDOUT = Path(__file__).parents[1] / "data" / "doctor-holdout-2026-11"
+
+
+def test_the_holdout_set_gets_no_error_its_thread_did_not_confirm() -> None:
+    """Six pastes no rule was written from (first and only run: 3/6 right; the misses are prose
+    in Chinese, a driver named only in a sentence about upgrading it, and a thread whose fix
+    contradicts the wheel tables). Their score is reported, not asserted; a false error is not
+    allowed."""
+    for case in sorted(p.name for p in HOLDOUT.glob("case*")):
+        meta = json.loads((HOLDOUT / case / "meta.json").read_text())
+        diagnosis = diagnose(read_report((HOLDOUT / case / "collect_env.txt").read_text()))
+        errors = {f.category for f in diagnosis.findings if f.severity == "error"}
+        assert not errors - set(meta["expect"]), (case, errors)
