@@ -13,6 +13,7 @@ only with their lock held, so a sweep never sees one before its owner locks it.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import shutil
@@ -23,6 +24,7 @@ from pathlib import Path
 
 LOCK_NAME = "owner.lock"
 BORN_PREFIX = ".tuneup-born-"  # a folder being made: not yet its final name
+NO_LOCKS = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL}  # flock unsupported
 
 
 class OwnedDir:
@@ -56,11 +58,17 @@ class OwnedDir:
 
 
 def hold(lock: Path, create: bool = False) -> int:
-    """A descriptor of ``lock`` with a shared lock on it (not inherited by children)."""
+    """A descriptor of ``lock`` with a shared lock on it (not inherited by children). On a
+    file system without locks (some FUSE mounts) it is held unlocked: no sweep can then take
+    the folder (it cannot prove the owner dead), only the owner removes it."""
     flags = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | (os.O_CREAT | os.O_EXCL if create else 0)
     fd = os.open(lock, flags, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_SH)
+    except OSError as exc:
+        if exc.errno not in NO_LOCKS:
+            os.close(fd)
+            raise
     except BaseException:
         os.close(fd)
         raise

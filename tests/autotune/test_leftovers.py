@@ -274,3 +274,23 @@ def test_what_changed_after_a_dead_run_ended_is_not_put_back_over(tmp, monkeypat
     assert recovered.left == sorted(str(user / name) for name in ("ckpt.pt", "new.log"))
     assert (user / "notes.md").read_text() == "keep me"
     assert recovered.put_back == [str(user / "notes.md")]
+
+
+def test_a_temp_folder_without_locks_is_kept_by_its_owner_and_never_swept(tmp, monkeypatch):
+    """flock unsupported (a FUSE mount): the run still starts, and no sweep judges it."""
+    import errno
+    import fcntl
+
+    from tuneup import owned_dirs
+
+    def no_locks(fd, operation):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    owned = owned_dirs.OwnedDir(WORKDIR_PREFIX)
+    try:
+        assert sweep_stale_workdirs() == [] and owned.path.exists()
+    finally:
+        owned.release()
+    assert sweep_stale_workdirs() == []  # dead or not: it cannot be told

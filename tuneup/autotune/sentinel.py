@@ -76,7 +76,8 @@ def watch(workdir: Path, marker_prefix: str, pipe: int) -> None:
     if not os.path.isdir(workdir):
         return  # the run ended itself: trials ended, files put back, folder removed
     _kill_trials(marker_prefix)
-    fcntl.flock(lock, fcntl.LOCK_EX)  # the run's lock is gone with it; a sweep may hold it
+    with contextlib.suppress(OSError):  # no locks on this file system: no sweep takes it
+        fcntl.flock(lock, fcntl.LOCK_EX)  # the run's lock is gone with it; a sweep may hold it
     if os.path.isdir(workdir):
         replay_workdir(workdir, Recovered())
         shutil.rmtree(workdir, ignore_errors=True)
