@@ -45,6 +45,9 @@ WORKER_HEADROOM = 1.25
 # rounds while a stage with such a ceiling is still to run (the winner of a near-tie gains
 # a few %, the stage to come up to this much)
 LARGE_GAIN = 1.2
+# the data-wait share at which an amp candidate's gain counts as hidden by the loader: the loop
+# waits for data a third of the step or more (workers would shorten that step further)
+HIDDEN_BY_WAIT = 0.3
 # the stages and the --only/--skip group of each; their order is the ceilings'
 STAGE_GROUPS = {"amp": "amp", "loader": "loader", "loader_extras": "loader", "batch": "batch",
                 "threads": "threads", "cudnn": "compile", "compile": "compile"}

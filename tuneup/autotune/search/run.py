@@ -129,23 +129,39 @@ class Search:
         most (default: by the stage's impact).
 
         Without early stop the incumbent runs first and last (A B.. A) and counts with its
-        faster run: interference on a shared machine only ever slows a trial down.
+        faster run: interference on a shared machine only ever slows a trial down. Its
+        first run is the one just measured where that was the last trial of the process
+        that goes on with this plan (the same process, right before: like for like).
         """
         if not trials:
             return None
-        fits = self.budget.affordable(len(trials) + 2)
-        if fits < 2:
+        fresh = self._fresh_incumbent_run() if stop is None else None
+        head = 0 if fresh else 1  # the incumbent's first run still to measure
+        fits = self.budget.affordable(len(trials) + head + 1)
+        if fits < head + 1:
             self.note(f"{self.stage_label}: skipped, budget too small (needs ~"
-                      f"{max(1, math.ceil(self.budget.shortfall(2)))} s more: a larger --budget)")
+                      f"{max(1, math.ceil(self.budget.shortfall(head + 1)))} s more: a "
+                      "larger --budget)")
             return None
-        repeat = stop is None and fits >= 3
-        plan = [self.trial(self.incumbent)] + trials[:fits - 1 - repeat]
+        repeat = stop is None and fits >= head + 2
+        plan = [self.trial(self.incumbent)] * head + trials[:fits - head - repeat]
         results = self.measure(plan + [self.trial(self.incumbent)] * repeat, stop)
+        if fresh is not None:
+            results, plan = [fresh, *results], [fresh.trial, *plan]
         reference = merge(results[:1] + results[len(plan):])
         if reference is None:
             self.note(f"{stage}: the incumbent failed to re-run ({results[0].status})")
             return None
         return self.choose(reference, results[1:len(plan)], stage, beyond_noise, rounds)
+
+    def _fresh_incumbent_run(self) -> TrialResult | None:
+        """The incumbent's run that was the last trial measured, when the process that ran
+        it waits for the next plan."""
+        last = self.results[-1] if self.results else None
+        if last is None or not last.ok or last.trial.knobs != self.incumbent or \
+                not self.executor.live_process():
+            return None
+        return last
 
     def choose(self, reference: TrialResult, candidates: list[TrialResult], stage: str,
                beyond_noise: str | None = None, rounds: int | None = None) -> TrialResult:
@@ -396,10 +412,11 @@ class Search:
                 pending.remove(name)
             self.more_to_come = any(scored[s].factor >= policy.LARGE_GAIN
                                     for s, _ in ready if s != name)
-            speedup = self.speedup
+            speedup, measured = self.speedup, len(self.results)
             self.run_stage(name, again=is_again)
-            self.note(f"{self.stage_label}: ceiling {scored[name].factor:.2f}x "
-                      f"({scored[name].why}); measured {self.speedup / speedup:.2f}x")
+            if len(self.results) > measured:  # it measured (not skipped for the budget)
+                self.note(f"{self.stage_label}: ceiling {scored[name].factor:.2f}x "
+                          f"({scored[name].why}); measured {self.speedup / speedup:.2f}x")
             visited[name] = self.incumbent
         for name in pending:  # never ran: below the noise, said why
             self.note(self.ceiling(name).skipped())

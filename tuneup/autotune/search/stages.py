@@ -149,7 +149,31 @@ def amp(search: Search) -> None:
     if search.incumbent.amp_dtype is None:
         trials += search.candidates("float32_matmul_precision",
                                     list(space.matmul_precisions(search.facts)), check=True)
+    before = search.incumbent
     search.compare("amp", trials)
+    if search.incumbent == before:
+        _amp_with_the_workers_it_needs(search, {t.knobs for t in trials})
+
+
+def _amp_with_the_workers_it_needs(search: Search, tried: set[Knobs]) -> None:
+    """A dtype that shortened the compute until the loop waits for data has its gain
+    hidden by the loader: measured once more with the workers its own breakdown predicts
+    (workers and amp move together where each alone gains little)."""
+    if "loader" not in search.options.groups or "num_workers" in search.facts.fixed_knobs:
+        return
+    reference = search.incumbent_result
+    runs = [r for r in search.results if r.trial.knobs in tried and r.ok
+            and r.trial.knobs.amp_dtype and search.judge.problem(r) is None]
+    waiting = [r for r in runs if (r.data_wait_share or 0) >= policy.HIDDEN_BY_WAIT]
+    if not waiting or reference is None:
+        return
+    best = max(waiting, key=search.judge.speed)
+    workers = best.trial.knobs.num_workers or 0
+    counts = policy.predicted_workers(best, search.facts, workers)
+    if not counts or counts[0] <= workers:
+        return
+    knobs = best.trial.knobs.replace(num_workers=counts[0])
+    search.compare("amp", [search.trial(knobs, check=True)])
 
 
 @stage("batch")
