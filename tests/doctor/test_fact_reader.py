@@ -14,10 +14,10 @@ def codes(text: str) -> set[str]:
 
 
 @pytest.mark.parametrize(("text", "version", "build", "cuda"), [
-    ("pytorch                   2.4.0              py3.11_cpu_0    pytorch\n", "2.4.0", "cpu", None),
+    ("pytorch                   2.4.0         py3.11_cpu_0    pytorch\n", "2.4.0", "cpu", None),
     ("pytorch   2.1.2   py3.10_cuda12.1_cudnn8.9.2_0   pytorch\n", "2.1.2", "cuda", "12.1"),
     ("torch==2.3.1+cu121\nnumpy==1.26.4\n", "2.3.1+cu121", "cuda", "12.1"),
-    ("torch             2.9.1+cu128\ntorchvision       0.24.1+cu128\n", "2.9.1+cu128", "cuda", "12.8"),
+    ("torch        2.9.1+cu128\ntorchvision  0.24.1+cu128\n", "2.9.1+cu128", "cuda", "12.8"),
     (">>> import torch\n>>> torch.__version__\n'2.5.1+cpu'\n", "2.5.1+cpu", "cpu", None),
     ('$ python -c "import torch; print(torch.__version__)"\n2.6.0+rocm6.2.4\n', "2.6.0+rocm6.2.4",
      "rocm", None),
@@ -28,7 +28,8 @@ def test_package_lines_and_prints_give_the_build(text, version, build, cuda):
 
 
 def test_python_prints_in_any_order_give_capability_arch_list_and_availability():
-    text = ("print(torch.cuda.get_arch_list())\n['sm_75', 'sm_80', 'sm_86', 'sm_90', 'sm_100', 'sm_120']\n"
+    text = ("print(torch.cuda.get_arch_list())\n"
+            "['sm_75', 'sm_80', 'sm_86', 'sm_90', 'sm_100', 'sm_120']\n"
             ">>> torch.cuda.get_device_capability()\n(7, 0)\nCUDA available: True\n"
             "GPU: Tesla V100-SXM2-32GB\n")
     snap = read_report(text)
@@ -45,7 +46,8 @@ def test_each_fact_is_noted_with_its_line_and_ambiguity_lowers_confidence():
 
 
 def test_a_version_an_installer_was_asked_for_is_not_read_as_installed():
-    snap = read_report("uv pip install torch==2.3.0\nerror: No matching distribution found for torch\n")
+    snap = read_report("uv pip install torch==2.3.0\n"
+                       "error: No matching distribution found for torch\n")
     assert snap.torch.version is None
 
 
@@ -67,7 +69,8 @@ def test_an_amd_capability_tuple_is_not_a_cuda_capability():
      "your driver to a newer version, or use an earlier cuda container: unknown", "TU203"),
     ("Because torch==1.12.0+cu113 has no wheels with a matching Python ABI tag (e.g., `cp311`)",
      "TU704"),
-    ("UserWarning: User provided device_type of 'cuda', but CUDA is not available. Disabling", "TU505"),
+    ("UserWarning: User provided device_type of 'cuda', but CUDA is not available. Disabling",
+     "TU505"),
     ("Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 1000", "TU409"),
 ])
 def test_tool_messages_around_torch_are_diagnosed(text, code):

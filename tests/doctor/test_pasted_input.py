@@ -6,7 +6,7 @@ import pytest
 
 from tuneup.doctor.findings import REGISTRY
 from tuneup.doctor.messages import MESSAGES, recognised, requested_torch
-from tuneup.doctor.readers import ReportError, read_report
+from tuneup.doctor.readers import read_report
 from tuneup.doctor.rules import diagnose
 
 CATEGORIES = {entry.category for entry in REGISTRY.values()}

@@ -96,7 +96,8 @@ def test_a_cuda_build_on_windows_is_told_distributed_needs_gloo():
     from tuneup.doctor.rules import diagnose
 
     text = ("PyTorch version: 2.7.0+cu126\nCUDA used to build PyTorch: 12.6\n"
-            "OS: Microsoft Windows 10 Home\nGPU models and configuration: GPU 0: NVIDIA GeForce GTX 1070\n")
+            "OS: Microsoft Windows 10 Home\n"
+            "GPU models and configuration: GPU 0: NVIDIA GeForce GTX 1070\n")
     found = {f.code: f.severity for f in diagnose(read_report(text)).findings}
     assert found.get("TU410") == "info"
     linux = text.replace("Microsoft Windows 10 Home", "Ubuntu 22.04.4 LTS (x86_64)")

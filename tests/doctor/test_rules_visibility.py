@@ -118,7 +118,8 @@ def test_the_warning_names_the_variable_the_report_shows_and_is_silent_when_ther
 
 
 def test_several_mig_instances_are_noted_one_process_sees_one():
-    text = ("PyTorch version: 2.5.1+cu121\nGPU models and configuration:\nGPU 0: NVIDIA A100-SXM4-80GB\n"
+    text = ("PyTorch version: 2.5.1+cu121\nGPU models and configuration:\n"
+            "GPU 0: NVIDIA A100-SXM4-80GB\n"
             "MIG 3g.40gb Device 0:\nMIG 3g.40gb Device 1:\nNvidia driver version: 535.161.08\n")
     found = [f for f in diagnose(read_report(text)).findings if f.code == "TU507"]
     assert len(found) == 1 and found[0].severity == "info" and "2 MIG" in found[0].message

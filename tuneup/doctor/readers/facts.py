@@ -24,10 +24,12 @@ _PACKAGES = (r"torch|pytorch|torchvision|torchaudio|pytorch-cuda|pytorch-mutex|c
 _PIP_FREEZE = re.compile(rf"^({_PACKAGES})\s*==\s*({_VERSION})\s*$", re.IGNORECASE)
 _LIST_LINE = re.compile(  # pip list: name version; conda list: name version build [channel]
     rf"^({_PACKAGES})\s+({_VERSION})(?:\s+(\S+))?(?:\s+(\S+))?\s*$", re.IGNORECASE)
-_TORCH_SAID = re.compile(  # "torch version is 2.0.1", "PyTorch: 2.7.0.dev...", "torch 2.5.1 from pip"
+# "torch version is 2.0.1", "PyTorch: 2.7.0.dev...", "torch 2.5.1 from pip"
+_TORCH_SAID = re.compile(
     rf"\b(?:py)?torch(?:\s+version)?\s*(?:is|[:=：]|==)?\s*v?({_VERSION})(?![\w.])", re.IGNORECASE)
 # A line asking an installer for a version (or its resolver answering) names a request, not
-# what is installed: "No matching distribution found for torch==1.13.1", "uv pip install torch==2.3.0".
+# what is installed: "No matching distribution found for torch==1.13.1",
+# "uv pip install torch==2.3.0".
 _REQUEST_LINE = re.compile(
     r"\b(?:install|requirement|require|distribution|depends on|no wheels|no version|because)\b",
     re.IGNORECASE)
@@ -49,12 +51,14 @@ _PYTHON = re.compile(
     r"\b(?:c?python)(?:\s+version)?\s*(?:[:=：\-]|is)?\s*(3\.\d{1,2}(?:\.\d+)?)\b"
     r"|\(`cp3(\d{1,2})`\)", re.IGNORECASE)
 _DRIVER = re.compile(
-    r"\bdriver(?:\s+version)?\s*(?:[:=]|is)?\s*v?(\d{3}\.\d{1,3}(?:\.\d{1,3})?|\d{3}(?=\s*(?:max|branch|\)|$)))"
+    r"\bdriver(?:\s+version)?\s*(?:[:=]|is)?\s*v?"
+    r"(\d{3}\.\d{1,3}(?:\.\d{1,3})?|\d{3}(?=\s*(?:max|branch|\)|$)))"
     r"|\b(?:nvidia|driver)\s+(?:driver\s+)?v?(\d{3}\.\d{1,3}(?:\.\d{1,3})?)\b"
     r"|\bnvidia\s+drivers?\s*\(v?(\d{3})\b", re.IGNORECASE)
 _DRIVER_CUDA = re.compile(r"\bdriver\s+(1[0-3]\.\d)\b", re.IGNORECASE)  # "Driver 13.0": its CUDA
 _GPU_NAMES = re.compile(
-    r"\b(?:NVIDIA\s+)?(?:GeForce\s+)?(?:RTX|GTX)\s?\d{3,4}(?:\s?(?:Ti|SUPER|D))*(?:\s+Laptop(?:\s+GPU)?)?\b"
+    r"\b(?:NVIDIA\s+)?(?:GeForce\s+)?(?:RTX|GTX)\s?\d{3,4}(?:\s?(?:Ti|SUPER|D))*"
+    r"(?:\s+Laptop(?:\s+GPU)?)?\b"
     r"|\bNVIDIA\s+(?:RTX\s+)?(?:PRO\s+)?\d{4}\b(?:\s+TI\b)?"
     r"|\bTesla\s+[A-Z]\d+\w*|\bQuadro\s+\w+|\bRTX\s+(?:A\d{4}|\d{4}\s+Ada(?:\s+Generation)?)"
     r"|\b(?:NVIDIA\s+)?(?:GB10|[ABHL]\d{2,3}(?=\s*(?:GPU|PCIe|SXM|NVL|\d+GB)))\b"
@@ -68,20 +72,24 @@ _TUPLE = re.compile(r"\((\d{1,2}),\s*(\d)\)")
 _CC = re.compile(r"\b(?:compute|cuda) capability(?: \(CC\))?(?: of)?\s*(\d{1,2})\.(\d)\b",
                  re.IGNORECASE)
 _OS = re.compile(
-    r"\b(?:Windows(?: Server)?\s?(?:1[01]|20\d\d)|Ubuntu(?: Server)?\s\d{2}\.\d{2}(?:\.\d+)?(?: LTS)?"
-    r"|Debian(?: GNU/Linux)?\s\d+|Fedora\s\d+|Arch Linux|macOS(?:\s\d+(?:\.\d+)*)?|Mac\s1\d(?:\.\d+)+"
+    r"\b(?:Windows(?: Server)?\s?(?:1[01]|20\d\d)"
+    r"|Ubuntu(?: Server)?\s\d{2}\.\d{2}(?:\.\d+)?(?: LTS)?"
+    r"|Debian(?: GNU/Linux)?\s\d+|Fedora\s\d+|Arch Linux"
+    r"|macOS(?:\s\d+(?:\.\d+)*)?|Mac\s1\d(?:\.\d+)+"
     r"|WSL2?)\b", re.IGNORECASE)
 _CPU_BUILD = re.compile(  # "installed the CPU version of torch", "torch ... is the cpu build"
     r"\bcpu[- ](?:only )?(?:versions?|builds?|wheels?) of (?:py)?torch"
     r"|\b(?:py)?torch\b[^.\n]{0,30}\bcpu[- ](?:only |version|build|wheel)", re.IGNORECASE)
-_TOOLKIT = re.compile(r"\bcuda(?:\s+toolkit)?\s+(?:version\s+)?(?:is\s+)?v?(1\d\.\d)\b", re.IGNORECASE)
+_TOOLKIT = re.compile(r"\bcuda(?:\s+toolkit)?\s+(?:version\s+)?(?:is\s+)?v?(1\d\.\d)\b",
+                      re.IGNORECASE)
 _REQUESTED = re.compile(r"\btorch==(\d+\.\d+(?:\.\d+)?)")
 _INDEX = re.compile(r"/whl/(?:nightly/|test/)?(cu\d{2,3}|cpu|rocm\d+(?:\.\d+)*)\b")
 _INSTALL = re.compile(r"\b(?:pip3?|uv(?:\s+pip)?|conda|mamba)\s+(?:install|add)\b", re.IGNORECASE)
 _MIG_DEVICE = re.compile(r"^MIG\s+\d+g\.\d+gb\s+Device\s+\d+", re.IGNORECASE)
 _NO_GPU_SAID = re.compile(
-    r"\b(?:no (?:nvidia |cuda )?gpu(?! is| was| found| detected| available)|without (?:a |an )?(?:nvidia )?gpu"
-    r"|cpu[- ]only (?:machine|server|host|laptop)|does(?:n't| not) have (?:a |an )?(?:nvidia )?gpu)",
+    r"\b(?:no (?:nvidia |cuda )?gpu(?! is| was| found| detected| available)"
+    r"|without (?:a |an )?(?:nvidia )?gpu|cpu[- ]only (?:machine|server|host|laptop)"
+    r"|does(?:n't| not) have (?:a |an )?(?:nvidia )?gpu)",
     re.IGNORECASE)
 
 
@@ -261,15 +269,16 @@ def _named_facts(line: str) -> list[Fact]:
     elif _DRIVER_CUDA.search(line):
         facts.append(Fact("driver.cuda", _DRIVER_CUDA.search(line).group(1), line, sure=False))
     facts.extend(Fact("gpu", " ".join(m.group(0).split()), line) for m in _GPU_NAMES.finditer(line))
-    for match in (_AVAILABLE.search(line), _COUNT.search(line), _CC.search(line), _SM_LIST.search(line)):
+    for pattern in (_AVAILABLE, _COUNT, _CC, _SM_LIST):
+        match = pattern.search(line)
         if match is None:
             continue
-        if match.re is _AVAILABLE:
+        if pattern is _AVAILABLE:
             facts.append(Fact("cuda_available", "True" if match.group(1).lower() in ("true", "yes")
                               else "False", line))
-        elif match.re is _COUNT:
+        elif pattern is _COUNT:
             facts.append(Fact("device_count", match.group(1), line))
-        elif match.re is _CC:
+        elif pattern is _CC:
             facts.append(Fact("capability", f"{match.group(1)}.{match.group(2)}", line))
         else:
             facts.append(Fact("arch_list", " ".join(re.findall(r"(?:sm|compute)_\d+a?",
@@ -444,7 +453,7 @@ def _set_capability(snap: Snapshot, fact: Fact, values: list[str]) -> bool:
     if nvidia:
         nvidia[0].compute_capability = nvidia[0].compute_capability or values[0]
     else:
-        snap.gpus = (snap.gpus or []) + [GPU(index=0, vendor="nvidia", compute_capability=values[0])]
+        snap.gpus = [GPU(index=0, vendor="nvidia", compute_capability=values[0])]
     return True
 
 
