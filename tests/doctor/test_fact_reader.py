@@ -111,3 +111,19 @@ def test_a_cpu_build_stated_in_prose_is_a_warning_never_an_error():
     text = "pip installed the CPU-only build of torch even though I have CUDA 12.4 installed.\n"
     found = {f.code: f.severity for f in diagnose(read_report(text)).findings}
     assert found.get("TU104") == "warning" and "error" not in found.values()
+
+
+def test_torch_s_capability_range_is_an_error_only_outside_it():
+    below = ("Found GPU0 Tesla K80 which is of cuda capability 3.7. Minimum and Maximum cuda "
+             "capability supported by this version of PyTorch is (5.0) - (9.0)")
+    found = {f.code: f.severity for f in diagnose(read_report(below)).findings}
+    assert found.get("TU107") == "error"
+    inside = below.replace("Tesla K80", "NVIDIA GB10").replace("3.7", "12.1").replace(
+        "(5.0) - (9.0)", "(8.0) - (12.0)")
+    assert diagnose(read_report(inside)).errors == 0
+
+
+def test_conda_s_libmamba_solver_error_for_pytorch_cuda_is_recognised():
+    text = ("LibMambaUnsatisfiableError: Encountered problems while solving:\n"
+            "  - nothing provides cuda-cudart >=12.1,<12.2 needed by pytorch-cuda-12.1-ha16c6d3_6\n")
+    assert "TU704" in codes(text)

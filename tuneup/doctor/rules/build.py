@@ -32,6 +32,7 @@ def check(ctx: Context) -> None:
             ctx.skip(AREA, "the PyTorch version (not in the report)")
     elif build.kind is None:
         ctx.skip(AREA, f"whether {build.label} is a CUDA build (not stated)")
+    _capability_range(ctx)
     if build.kind != "cuda":
         _no_kernel_message(ctx)  # the message is evidence even when the build is unknown
     if build.kind in ("cuda", None) and not ctx.has("arch-unsupported"):
@@ -140,6 +141,33 @@ def _arch(ctx: Context) -> None:
         else:
             _arch_one(ctx, gpu, *targets)
     _no_kernel_message(ctx)
+
+
+def _capability_range(ctx: Context) -> None:
+    """torch's ``Minimum and Maximum cuda capability supported ... is (8.0) - (12.0)`` states
+    the range of the build's own arch list. A GPU below the minimum, or of a major above the
+    maximum's, has no kernels (an error: torch said so); one of the maximum's major with a
+    higher minor runs its kernels (binary compatibility), so the warning is a false alarm."""
+    found = messages.find(ctx.all_messages, "capability-min-max")
+    if found is None or ctx.has("arch-unsupported"):
+        return
+    low, high = kb.cc_tuple(found["min"]), kb.cc_tuple(found["max"])
+    for gpu in ctx.nvidia_gpus:
+        cc = kb.cc_tuple(gpu.cc or "")
+        if cc is None or low is None or high is None:
+            continue
+        if cc < low or cc[0] > high[0]:
+            ctx.add("TU107", ERROR,
+                    f"torch says its build covers capabilities {found['min']} to {found['max']}: "
+                    f"{gpu.name} ({gpu.cc}) is outside, so it has no kernels for it.",
+                    _wheel_fix(ctx, gpu))
+            return
+
+
+def _wheel_fix(ctx: Context, gpu: GpuFact) -> str:
+    wheel = find_wheel(ctx, cc=gpu.cc)
+    return (install_fix(ctx, *wheel) if wheel else
+            "install a build whose arch list covers the GPU (tuneup doctor on the machine names it)")
 
 
 def _no_kernel_message(ctx: Context) -> None:
