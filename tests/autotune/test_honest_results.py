@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import itertools
 import random
+import re
 import time
 
 import pytest
@@ -83,8 +84,9 @@ def test_a_start_up_longer_than_the_budget_is_named_with_its_fix(tmp_path):
             pytest.raises(SearchError) as error:
         Search(runner).run()
     message = str(error.value)
-    assert message.startswith("start-up exceeded the budget (budget exhausted during start-up: "
-                              "no training step 2 s after the script started)")
+    # the seconds are the wall time the start took: 1 or 2 on a busy machine
+    assert re.match(r"start-up exceeded the budget \(budget exhausted during start-up: "
+                    r"no training step [12] s after the script started\)", message), message
     assert message.endswith("give a larger --budget") and "fails" not in message
 
 
