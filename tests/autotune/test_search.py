@@ -423,8 +423,14 @@ CUDA = ScriptFacts(device="cuda", effective_batch=256, dataset_size=8192,
                 usable_cores=16)
 
 
+def host_bound(knobs: Knobs) -> dict:
+    """compute_bound with the device busy 70 % of each step: the rest is host time."""
+    data = compute_bound(knobs)
+    return {**data, "device_s": 0.7 * data["step_s_all"][0]}
+
+
 def test_cuda_run_tries_its_own_knobs_and_never_threads():
-    tuner, recorded = search(compute_bound, facts=CUDA, budget=600)
+    tuner, recorded = search(host_bound, facts=CUDA, budget=600)
     outcome = tuner.run()
     tried = {k for t in recorded.ran for k, v in t.knobs.to_dict().items() if v is not None}
     assert {"amp_dtype", "float32_matmul_precision", "cudnn_benchmark", "compile_mode"} <= tried
@@ -433,6 +439,16 @@ def test_cuda_run_tries_its_own_knobs_and_never_threads():
     assert modes == {"default", "reduce-overhead"}
     assert {t.knobs.amp_dtype for t in recorded.ran} >= {"bfloat16", "float16"}
     assert outcome.knobs.compile_mode is not None
+
+
+def test_cuda_graphs_are_tried_only_where_the_host_takes_time():
+    """reduce-overhead (CUDA graphs) can only remove host time: a step the device keeps
+    busy throughout compiles in the default mode alone, and the result says why."""
+    tuner, recorded = search(compute_bound, facts=CUDA, budget=600)
+    outcome = tuner.run()
+    modes = {t.knobs.compile_mode for t in recorded.ran if t.knobs.compile_mode}
+    assert modes == {"default"}
+    assert "compile: reduce-overhead not tried: the host takes 0% of the step" in outcome.notes
 
 
 def test_cuda_graphs_with_accumulation_need_the_loss_check():

@@ -48,6 +48,9 @@ LARGE_GAIN = 1.2
 # the data-wait share at which an amp candidate's gain counts as hidden by the loader: the loop
 # waits for data a third of the step or more (workers would shorten that step further)
 HIDDEN_BY_WAIT = 0.3
+# the host's share of the step below which CUDA graphs cannot repay their own compile: twice
+# the 3 % min_gain (a gain the race must see, and graphs add their capture)
+HOST_SHARE = 0.06
 # the stages and the --only/--skip group of each; their order is the ceilings'
 STAGE_GROUPS = {"amp": "amp", "loader": "loader", "loader_extras": "loader", "batch": "batch",
                 "threads": "threads", "cudnn": "compile", "compile": "compile"}
@@ -128,6 +131,13 @@ def ceiling(stage: str, result: TrialResult | None, facts: ScriptFacts, workers:
     else:
         factor = 1.0
     return Ceiling(stage, factor, why)
+
+
+def host_bound(result: TrialResult | None) -> bool:
+    """Whether the device idles for the host long enough (:data:`HOST_SHARE` of the step)
+    for CUDA graphs (compile's reduce-overhead mode) to be worth a compile."""
+    parts = split(result)
+    return parts["step"] > 0 and parts["host"] >= HOST_SHARE * parts["step"]
 
 
 def worth_trying(ceiling_: Ceiling, result: TrialResult | None, min_gain: float,

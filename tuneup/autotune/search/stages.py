@@ -355,8 +355,13 @@ def cudnn(search: Search) -> None:
 
 @stage("compile")
 def compile_(search: Search) -> None:
-    for trial in search.candidates("compile_mode", list(space.compile_modes(search.facts)),
-                                   check=True):
+    modes = list(space.compile_modes(search.facts))
+    if "reduce-overhead" in modes and not policy.host_bound(search.budget.typical):
+        modes.remove("reduce-overhead")  # CUDA graphs remove host time: none to remove
+        share = policy.split(search.budget.typical)
+        search.note(f"compile: reduce-overhead not tried: the host takes "
+                    f"{share['host'] / (share['step'] or 1):.0%} of the step")
+    for trial in search.candidates("compile_mode", modes, check=True):
         search.budget.reserve_s = _prefetch_reserve(search, search.budget.typical)
         if search.budget.affordable(2, extra_s=COMPILE_GUESS_S) < 2:
             needed = search.budget.shortfall(2, extra_s=COMPILE_GUESS_S)
