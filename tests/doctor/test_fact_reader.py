@@ -125,17 +125,15 @@ def test_torch_s_capability_range_is_an_error_only_outside_it():
 
 def test_conda_s_libmamba_solver_error_for_pytorch_cuda_is_recognised():
     text = ("LibMambaUnsatisfiableError: Encountered problems while solving:\n"
-            "  - nothing provides cuda-cudart >=12.1,<12.2 needed by pytorch-cuda-12.1-ha16c6d3_6\n")
+            "  - nothing provides cuda-cudart >=12.1,<12.2 needed by "
+            "pytorch-cuda-12.1-ha16c6d3_6\n")
     assert "TU704" in codes(text)
 
 
-@pytest.mark.parametrize(("text", "driver", "family", "toolkit"), [
-    ("I upgraded my Nvidia GPU driver from 581 to the latest (610) and it works\n", "610", None,
-     None),
-    ("win11 laptop with cuda12.4 installed\n", None, "windows", "12.4"),
-    ("Ubuntu 24.04 LTS, driver version: 570.133.07\n", "570.133.07", "linux", None),
-])
-def test_drivers_systems_and_toolkits_as_people_write_them(text, driver, family, toolkit):
-    snap = read_report(text)
-    assert (snap.driver.version, snap.platform.os_family, snap.cuda_toolkit) == (
-        driver, family, toolkit)
+def test_a_conda_forge_build_string_and_device_properties():
+    forge = read_report("pytorch   2.5.1   cuda126_generic_py312_h4aab1a8_306   conda-forge\n")
+    assert (forge.torch.build, forge.torch.cuda) == ("cuda", "12.6")
+    props = read_report("_CudaDeviceProperties(name='NVIDIA GeForce RTX 3090', major=8, minor=6, "
+                        "total_memory=24265MB, multi_processor_count=82)\n")
+    gpus = [(g.name, g.compute_capability) for g in props.gpus]
+    assert gpus == [("NVIDIA GeForce RTX 3090", "8.6")]
