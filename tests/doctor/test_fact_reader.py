@@ -137,3 +137,15 @@ def test_a_conda_forge_build_string_and_device_properties():
                         "total_memory=24265MB, multi_processor_count=82)\n")
     gpus = [(g.name, g.compute_capability) for g in props.gpus]
     assert gpus == [("NVIDIA GeForce RTX 3090", "8.6")]
+
+
+@pytest.mark.parametrize(("text", "driver", "family", "toolkit"), [
+    ("I upgraded my Nvidia GPU driver from 581 to the latest (610) and it works\n", "610", None,
+     None),
+    ("win11 laptop with cuda12.4 installed\n", None, "windows", "12.4"),
+    ("Ubuntu 24.04 LTS, driver version: 570.133.07\n", "570.133.07", "linux", None),
+])
+def test_drivers_systems_and_toolkits_as_people_write_them(text, driver, family, toolkit):
+    snap = read_report(text)
+    assert (snap.driver.version, snap.platform.os_family, snap.cuda_toolkit) == (
+        driver, family, toolkit)

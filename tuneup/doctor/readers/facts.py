@@ -55,6 +55,11 @@ _DRIVER = re.compile(
     r"(\d{3}\.\d{1,3}(?:\.\d{1,3})?|\d{3}(?=\s*(?:max|branch|\)|$)))"
     r"|\b(?:nvidia|driver)\s+(?:driver\s+)?v?(\d{3}\.\d{1,3}(?:\.\d{1,3})?)\b"
     r"|\bnvidia\s+drivers?\s*\(v?(\d{3})\b", re.IGNORECASE)
+# "upgraded my driver from 581 to the latest (610)": the driver in use is the later one
+_DRIVER_CHANGE = re.compile(
+    r"\bdriver\b[^.\n]{0,20}?\bfrom\s+v?\d{3}(?:\.\d+)*\s+to\s+"
+    r"(?:the\s+latest\s+)?\(?v?(\d{3}(?:\.\d+)*)",
+    re.IGNORECASE)
 _DRIVER_CUDA = re.compile(r"\bdriver\s+(1[0-3]\.\d)\b", re.IGNORECASE)  # "Driver 13.0": its CUDA
 _GPU_NAMES = re.compile(
     r"\b(?:NVIDIA\s+)?(?:GeForce\s+)?(?:RTX|GTX)\s?\d{3,4}(?:\s?(?:Ti|SUPER|D))*"
@@ -74,7 +79,7 @@ _TUPLE = re.compile(r"\((\d{1,2}),\s*(\d)\)")
 _CC = re.compile(r"\b(?:compute|cuda) capability(?: \(CC\))?(?: of)?\s*(\d{1,2})\.(\d)\b",
                  re.IGNORECASE)
 _OS = re.compile(
-    r"\b(?:Windows(?: Server)?\s?(?:1[01]|20\d\d)"
+    r"\b(?:Windows(?: Server)?\s?(?:1[01]|20\d\d)|win\s?1[01]"
     r"|Ubuntu(?: Server)?\s\d{2}\.\d{2}(?:\.\d+)?(?: LTS)?"
     r"|Debian(?: GNU/Linux)?\s\d+|Fedora\s\d+|Arch Linux"
     r"|macOS(?:\s\d+(?:\.\d+)*)?|Mac\s1\d(?:\.\d+)+"
@@ -82,7 +87,7 @@ _OS = re.compile(
 _CPU_BUILD = re.compile(  # "installed the CPU version of torch", "torch ... is the cpu build"
     r"\bcpu[- ](?:only )?(?:versions?|builds?|wheels?) of (?:py)?torch"
     r"|\b(?:py)?torch\b[^.\n]{0,30}\bcpu[- ](?:only |version|build|wheel)", re.IGNORECASE)
-_TOOLKIT = re.compile(r"\bcuda(?:\s+toolkit)?\s+(?:version\s+)?(?:is\s+)?v?(1\d\.\d)\b",
+_TOOLKIT = re.compile(r"\bcuda(?:\s+toolkit)?\s*(?:version\s+)?(?:is\s+)?v?(1\d\.\d)\b",
                       re.IGNORECASE)
 _REQUESTED = re.compile(r"\btorch==(\d+\.\d+(?:\.\d+)?)")
 _INDEX = re.compile(r"/whl/(?:nightly/|test/)?(cu\d{2,3}|cpu|rocm\d+(?:\.\d+)*)\b")
@@ -265,7 +270,10 @@ def _named_facts(line: str) -> list[Fact]:
     python = _PYTHON.search(line)
     if python and "wheels" not in line.lower():  # "only has wheels for cp38": not the interpreter
         facts.append(Fact("python", python.group(1) or f"3.{python.group(2)}", line))
-    driver = _DRIVER.search(line)
+    upgraded = _DRIVER_CHANGE.search(line)
+    driver = _DRIVER.search(line) if upgraded is None else None
+    if upgraded:
+        facts.append(Fact("driver", upgraded.group(1), line, sure=False))
     if driver and "cuda version" not in line.lower().split("driver")[0][-20:]:
         facts.append(Fact("driver", next(g for g in driver.groups() if g), line))
     elif _DRIVER_CUDA.search(line):
@@ -368,7 +376,7 @@ def _set_os(snap: Snapshot, fact: Fact, values: list[str]) -> bool:
     plat = snap.platform
     if plat.os_family is not None or plat.os is not None:
         return False
-    families = {"windows" if v.lower().startswith("windows") else
+    families = {"windows" if v.lower().startswith("win") else
                 "darwin" if v.lower().startswith("mac") else "linux" for v in values}
     if len(families) != 1:
         return False  # "moved from Windows 10 to Ubuntu 22.04": not settled
