@@ -98,12 +98,13 @@ def test_a_failing_rank_ends_the_trial_on_all_ranks_with_one_record(tmp_path, fa
     assert result.status in statuses and result.message.startswith(says), result.message
 
 
-def test_the_command_tunes_a_ddp_script_and_writes_one_settings_file(tmp_path):
+def test_the_command_tunes_a_ddp_script_and_writes_one_settings_file(tmp_path, budget_for_load):
     script = tmp_path / "train_ddp.py"
     script.write_text(DDP_SCRIPT)
     out = tmp_path / "ddp.tuneup.json"
     result = CliRunner().invoke(main, [
-        "autotune", str(script), "--nproc-per-node", "2", "--budget", "45", "--only", "loader",
+        "autotune", str(script), "--nproc-per-node", "2", "--budget", str(budget_for_load(45)),
+        "--only", "loader",
         "--output", str(out), "--format", "json", "--", "none", "0"])
     assert result.exit_code == 0, result.output
     summary = json.loads(result.output[result.output.index("{"):])

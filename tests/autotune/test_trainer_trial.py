@@ -195,15 +195,16 @@ def test_the_budget_prices_a_start_up_for_each_trial_of_a_trainer():
 @pytest.mark.slow
 @pytest.mark.parametrize(("text", "prep"), [(HF_SCRIPT, "150"), (LIGHTNING_SCRIPT, "60")],
                          ids=["transformers", "lightning"])
-def test_autotune_on_an_input_bound_trainer_script(tmp_path, text, prep):
+def test_autotune_on_an_input_bound_trainer_script(tmp_path, text, prep, budget_for_load):
     path = script(tmp_path, text)
     output = tmp_path / "train.tuneup.json"
+    budget = budget_for_load(75)
     result = CliRunner().invoke(main, [
-        "autotune", str(path), "--budget", "75", "--only", "loader", "--format", "json",
+        "autotune", str(path), "--budget", str(budget), "--only", "loader", "--format", "json",
         "--output", str(output), "--", prep])
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)
-    assert summary["elapsed_s"] <= 75 + 15
+    assert summary["elapsed_s"] <= budget + 15
     assert summary["trials"][0]["status"] == "ok"
     assert all(t["status"] in ("ok", "skipped", "budget") for t in summary["trials"])
     settings = read(output)

@@ -33,12 +33,13 @@ GAN = textwrap.dedent("""
 
 
 @pytest.mark.slow
-def test_a_gan_is_tuned_on_what_both_loops_share_and_says_so(tmp_path):
+def test_a_gan_is_tuned_on_what_both_loops_share_and_says_so(tmp_path, budget_for_load):
     script = tmp_path / "train.py"
     script.write_text(GAN)
     output = tmp_path / "train.tuneup.json"
     done = subprocess.run([sys.executable, "-m", "tuneup.cli", "autotune", str(script),
-                           "--budget", "40", "--format", "json", "--output", str(output)],
+                           "--budget", str(budget_for_load(40)), "--format", "json",
+                           "--output", str(output)],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout[:done.stdout.rindex("}") + 1])

@@ -127,7 +127,7 @@ CHECKPOINTING = textwrap.dedent("""
 
 
 @pytest.mark.slow
-def test_autotune_leaves_a_checkpointing_scripts_files_as_they_were(tmp_path):
+def test_autotune_leaves_a_checkpointing_scripts_files_as_they_were(tmp_path, budget_for_load):
     """nanoGPT's in-loop checkpoint was overwritten by a trial's (iter_num 60 became 1440)."""
     import torch
 
@@ -139,7 +139,8 @@ def test_autotune_leaves_a_checkpointing_scripts_files_as_they_were(tmp_path):
     (out / "log.txt").write_text("the real run's log\n")
     before = _user_files(out)
     done = subprocess.run([sys.executable, "-m", "tuneup.cli", "autotune", str(script),
-                           "--budget", "30", "--only", "threads", "--format", "json",
+                           "--budget", str(budget_for_load(30)), "--only", "threads",
+                           "--format", "json",
                            "--output", str(tmp_path / "s.json")],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
