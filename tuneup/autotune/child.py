@@ -13,14 +13,12 @@ from __future__ import annotations
 import atexit
 import contextlib
 import copy
-import ctypes
 import functools
 import io
 import json
 import math
 import os
 import pickle
-import signal
 import sys
 import time
 import traceback
@@ -39,6 +37,7 @@ from tuneup.autotune.child_facts import (
     torch_default_threads,
     usable_cores,
 )
+from tuneup.autotune.child_parent import die_with_parent, parent_gone
 from tuneup.autotune.child_timing import DeviceTimer
 from tuneup.autotune.micro_blockers import micro_batch_blocked, watch_plain_form
 from tuneup.autotune.trainer_trial import TrainerTrial
@@ -56,7 +55,7 @@ def install() -> TrialSession | None:
     if not path:
         return None
     plan = read_plan(Path(path))
-    _die_with_parent(plan.parent_pid)
+    die_with_parent(plan.parent_pid)
     return TrialSession(plan)
 
 
@@ -67,32 +66,6 @@ def read_plan(path: Path) -> protocol.Plan:
     except Exception as exc:
         print(f"tuneup: bad probe plan {path}: {apply.one_line(exc)}", file=sys.stderr, flush=True)
         os._exit(protocol.EXIT_BAD_PLAN)
-
-
-def _die_with_parent(parent_pid: int | None) -> None:
-    """Never outlive ``tuneup autotune``: a parent-death signal (Linux), and a check now in
-    case the parent is already gone; :meth:`TrialSession._step_done` checks again. Under
-    torchrun the direct parent is its agent and ``tuneup autotune`` an ancestor."""
-    if parent_pid is None:
-        return
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    if os.getppid() != parent_pid and not _descends_from(parent_pid):
-        os._exit(protocol.EXIT_TRIAL_FAILED)
-
-
-def _descends_from(pid: int) -> bool:
-    try:
-        return any(parent.pid == pid for parent in psutil.Process().parents())
-    except psutil.Error:
-        return False
-
-
-def _parent_gone(parent_pid: int, direct_parent: int) -> bool:
-    """The direct parent changed (it died), or ``tuneup autotune`` above it is gone."""
-    if os.getppid() != direct_parent:
-        return True
-    return direct_parent != parent_pid and not protocol.alive(parent_pid)
 
 
 class TrialSession(hooks.Observer):
@@ -209,7 +182,7 @@ class TrialSession(hooks.Observer):
 
     def parent_gone(self) -> bool:
         """``tuneup autotune`` (or the process between it and this one) is gone."""
-        return self.plan.parent_pid is not None and _parent_gone(self.plan.parent_pid,
+        return self.plan.parent_pid is not None and parent_gone(self.plan.parent_pid,
                                                                  self.direct_parent)
 
     def batches(self, loader: TunedLoader, source: Iterator[Any]) -> Iterator[Any]:
@@ -432,7 +405,7 @@ class TrialSession(hooks.Observer):
         now = time.perf_counter()
         step_s, self.step_ended = now - self.step_ended, now
         self.steps += 1
-        if self.plan.parent_pid is not None and _parent_gone(self.plan.parent_pid,
+        if self.plan.parent_pid is not None and parent_gone(self.plan.parent_pid,
                                                              self.direct_parent):
             self.exit_reason = "parent-died"
             self.exit(protocol.EXIT_TRIAL_FAILED)
@@ -544,7 +517,7 @@ class TrialSession(hooks.Observer):
         self.trial_running = False
         path = self.plan.next_plan
         while not path.exists():
-            if self.plan.parent_pid is not None and _parent_gone(self.plan.parent_pid,
+            if self.plan.parent_pid is not None and parent_gone(self.plan.parent_pid,
                                                                  self.direct_parent):
                 self.exit_reason = "parent-died"
                 self.exit(protocol.EXIT_TRIAL_FAILED)
