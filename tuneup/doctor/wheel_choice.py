@@ -5,9 +5,9 @@ Torch-free (the standard library and ``packaging``), so it runs before torch is 
 stderr saying why. Without an NVIDIA GPU (no ``/proc/driver/nvidia/version`` and no
 ``nvidia-smi`` answering) that is the CPU wheel, so no multi-GB CUDA build is pulled. With
 one, the wheel ``tuneup doctor`` names in its fixes (``rules.recommend.find_wheel``): the
-newest CUDA variant of the wanted release whose kernels cover every GPU and whose CUDA the
-driver runs, else the newest release where one does (the GPU too new or the driver too old
-for the wanted one). ``TUNEUP_TORCH`` names the
+newest stable CUDA variant of the wanted release whose kernels cover every GPU and whose CUDA
+the driver runs, else the newest release where one does (the GPU too new or the driver too
+old for the wanted one); an experimental variant only where no stable one fits. ``TUNEUP_TORCH`` names the
 release (then kept: the CPU wheel when none of its variants fits), ``TUNEUP_TORCH_INDEX`` the
 index (no choice made).
 """
