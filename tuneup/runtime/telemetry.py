@@ -77,7 +77,8 @@ class Stats:
         text = (f"tuneup: {self.steps} steps, {self.samples_per_s:.0f} samples/s, "
                 f"waited for data {self.data_wait_share:.0%} of the time")
         if not tuned:
-            return text + (" — run `tuneup autotune`" if self.data_wait_share >= STALL_HINT else "")
+            stalled = self.data_wait_share >= STALL_HINT
+            return text + (" — run `tuneup autotune`" if stalled else "")
         if at_tuning is None:
             if self.data_wait_share >= STALE_HINT:
                 return text + (" with the tuned settings (their file does not say how long "
