@@ -149,3 +149,11 @@ def test_drivers_systems_and_toolkits_as_people_write_them(text, driver, family,
     snap = read_report(text)
     assert (snap.driver.version, snap.platform.os_family, snap.cuda_toolkit) == (
         driver, family, toolkit)
+
+
+def test_nccl_and_cudnn_versions_next_to_their_names():
+    error = read_report("torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970"
+                        ", invalid usage (run with NCCL_DEBUG=WARN for details), NCCL version 2.19.3")
+    assert error.torch.nccl == "2.19.3"
+    prose = read_report("CUDA 12.1, cuDNN 8.9.2, driver 535.104.05\n")
+    assert prose.cudnn_versions == ["8.9.2"] and prose.driver.version == "535.104.05"

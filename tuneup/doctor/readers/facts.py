@@ -21,6 +21,8 @@ _VERSION = r"\d+\.\d+(?:\.\d+)*(?:\.?(?:dev|a|b|rc|post)\d*)?(?:\+[\w.]+)?"
 # Packages whose list line (pip list / pip freeze / conda list) says something about the build.
 _PACKAGES = (r"torch|pytorch|torchvision|torchaudio|pytorch-cuda|pytorch-mutex|cpuonly|cudatoolkit"
              r"|cuda-version|pytorch-triton-rocm|triton|nvidia-[\w-]+")
+_PACKAGE_NAME = re.compile(r"^\[?(?:pip\d?|conda)?\]?\s*(?:nvidia-)?(?:nccl|cudnn)\S*\s",
+                           re.IGNORECASE)
 _PIP_FREEZE = re.compile(rf"^({_PACKAGES})\s*==\s*({_VERSION})\s*$", re.IGNORECASE)
 _LIST_LINE = re.compile(  # pip list: name version; conda list: name version build [channel]
     rf"^({_PACKAGES})\s+({_VERSION})(?:\s+(\S+))?(?:\s+(\S+))?\s*$", re.IGNORECASE)
@@ -84,6 +86,9 @@ _OS = re.compile(
     r"|Debian(?: GNU/Linux)?\s\d+|Fedora\s\d+|Arch Linux"
     r"|macOS(?:\s\d+(?:\.\d+)*)?|Mac\s1\d(?:\.\d+)+"
     r"|WSL2?)\b", re.IGNORECASE)
+_NCCL = re.compile(r"\bNCCL(?:\s+version)?\s*[:=]?\s*v?(2\.\d+\.\d+)\b", re.IGNORECASE)
+_CUDNN = re.compile(r"\bcuDNN(?:\s+version)?\s*(?:is\s+|[:=]\s*)?v?(\d{1,2}\.\d+(?:\.\d+)*)\b",
+                    re.IGNORECASE)
 _CPU_BUILD = re.compile(  # "installed the CPU version of torch", "torch ... is the cpu build"
     r"\bcpu[- ](?:only )?(?:versions?|builds?|wheels?) of (?:py)?torch"
     r"|\b(?:py)?torch\b[^.\n]{0,30}\bcpu[- ](?:only |version|build|wheel)", re.IGNORECASE)
@@ -299,6 +304,10 @@ def _named_facts(line: str) -> list[Fact]:
         else:
             facts.append(Fact("arch_list", " ".join(re.findall(r"(?:sm|compute)_\d+a?",
                                                                  match.group(0))), line))
+    for pattern, name in ((_NCCL, "nccl"), (_CUDNN, "cudnn")):
+        match = pattern.search(line)
+        if match and not _PACKAGE_NAME.match(line):  # a pip/conda line is read as a package
+            facts.append(Fact(name, match.group(1), line))
     system = _OS.search(line)
     if system:
         facts.append(Fact("os", " ".join(system.group(0).split()), line))
@@ -497,6 +506,21 @@ def _set_toolkit(snap: Snapshot, fact: Fact, values: list[str]) -> bool:
     return True
 
 
+def _set_nccl(snap: Snapshot, fact: Fact, values: list[str]) -> bool:
+    """``NCCL version 2.19.3`` as torch's distributed errors print it: the NCCL torch loaded."""
+    if snap.torch.nccl is not None or len(values) != 1:
+        return False
+    snap.torch.nccl = values[0]
+    return True
+
+
+def _set_cudnn(snap: Snapshot, fact: Fact, values: list[str]) -> bool:
+    if snap.cudnn_versions is not None:
+        return False
+    snap.cudnn_versions = values
+    return True
+
+
 def _set_nothing(snap: Snapshot, fact: Fact, values: list[str]) -> bool:
     return True  # known and quoted (an install command asks for an index), not a build fact
 
@@ -520,6 +544,8 @@ _SETTERS = {
     "arch_list": _set_arch_list,
     "torch.build": _set_build,
     "cuda_toolkit": _set_toolkit,
+    "nccl": _set_nccl,
+    "cudnn": _set_cudnn,
     "install.index": _set_nothing,
     "install.torch": _set_nothing,
     "machine.gpu": _set_nothing,
