@@ -7,7 +7,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
-[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+# a .venv whose pip does not run (a set-up cut short while it was being made) is made anew
+.venv/bin/python -m pip --version >/dev/null 2>&1 || "$PYTHON" -m venv --clear .venv
 pip_install() {  # pip, minus the harmless notes about this machine's empty local indexes
   .venv/bin/python -m pip install --quiet "$@" 2>&1 \
     | { grep -v -e 'is ignored: it is neither a file nor a directory' -e 'Retrying (Retry(' \
