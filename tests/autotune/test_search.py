@@ -856,3 +856,13 @@ def test_a_cpu_micro_batch_is_kept_only_when_faster_beyond_noise():
         if kept is None:
             assert staged == ["within noise (+0.5%, raced); a micro-batch on a CPU is kept "
                               "only when faster beyond noise"]
+
+
+@pytest.mark.parametrize("share", [0.15, 1.0])
+def test_a_compile_the_run_s_cache_does_not_serve_is_named(share):
+    """A later process compiles the same settings from the run's inductor cache (0.15 of
+    the cold compile); where it compiles as long as the first time, the result says so."""
+    tuner, _ = search(compute_bound, budget=240, warm_compile_share=share)
+    outcome = tuner.run()
+    missed = [n for n in outcome.notes if "inductor cache was not hit" in n]
+    assert bool(missed) == (share == 1.0)

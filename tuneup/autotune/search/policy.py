@@ -51,6 +51,10 @@ HIDDEN_BY_WAIT = 0.3
 # the host's share of the step below which CUDA graphs cannot repay their own compile: twice
 # the 3 % min_gain (a gain the race must see, and graphs add their capture)
 HOST_SHARE = 0.06
+# a fresh process's compile of settings compiled before, as a share of the first compile,
+# that says the run's cache was missed: from the cache 1.4 s against 11.4 s cold (14 %) on
+# docs/examples/train_images.py, 2 cores; three quarters is no cache at all
+CACHE_MISS_SHARE = 0.75
 # the stages and the --only/--skip group of each; their order is the ceilings'
 STAGE_GROUPS = {"amp": "amp", "loader": "loader", "loader_extras": "loader", "batch": "batch",
                 "threads": "threads", "cudnn": "compile", "compile": "compile"}

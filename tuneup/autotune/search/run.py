@@ -57,6 +57,7 @@ class Search:
         self.low_impact = False  # the stage's ceiling is below compile's: fewer race rounds
         self.more_to_come = False  # a stage still to run could gain more than a tie here
         self._ids: dict[str, int] = {}
+        self._compiled: set[Knobs] = set()  # compiled settings, for the cache check
 
     @property
     def facts(self) -> ScriptFacts:
@@ -84,9 +85,31 @@ class Search:
 
     def measure(self, trials: list[Trial],
                 stop: Callable[[TrialResult], bool] | None = None) -> list[TrialResult]:
+        fresh = not self.executor.live_process()
         results = self.executor.run(trials, stop)
         self.results.extend(results)
+        if fresh:
+            self._check_compile_cache(results)
         return results
+
+    def _check_compile_cache(self, results: list[TrialResult]) -> None:
+        """Say so when a fresh process compiled settings an earlier process compiled as
+        slowly as that first compile: the run's inductor cache (in the children's shared
+        TMPDIR, or the user's TORCHINDUCTOR_CACHE_DIR) was not hit, and every later
+        compiled plan pays a cold compile."""
+        first = next((r for r in results if r.ok and r.trial.knobs.compile_mode
+                      and r.warmup_s is not None), None)
+        eager = [r.warmup_s for r in self.results if r.ok and r.warmup_s is not None
+                 and not r.trial.knobs.compile_mode]
+        if first is not None and eager and self.budget.compile_s and \
+                first.trial.knobs.without_loader() in self._compiled:
+            again = first.warmup_s - min(eager)
+            if again >= policy.CACHE_MISS_SHARE * self.budget.compile_s:
+                self.note(f"compile: the run's inductor cache was not hit: a new process "
+                          f"compiled again in {again:.0f} s (first compile "
+                          f"{self.budget.compile_s:.0f} s)")
+        self._compiled.update(r.trial.knobs.without_loader() for r in results
+                              if r.ok and r.trial.knobs.compile_mode)
 
     def note(self, text: str) -> None:
         if text not in self.notes:
