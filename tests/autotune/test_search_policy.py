@@ -107,3 +107,13 @@ def test_the_report_notes_each_stage_s_ceiling_and_what_was_measured():
     outcome = search(input_bound)[0].run()
     (note,) = [n for n in outcome.notes if n.startswith("loader: ceiling")]
     assert "the loop waits for data 70% of the step" in note and "; measured " in note
+
+
+def test_threads_are_crowded_only_by_the_share_of_the_step_workers_decode():
+    """4 threads and 2 workers on 4 cores: workers decoding all the time would time-share
+    the cores (1.5x); decoding 0.02 s of a 0.1 s step each, they take a tenth of theirs."""
+    cpu4 = replace(CPU, cpu_threads=4, usable_cores=4)
+    fed = run(0.1, 0.0, knobs=Knobs(num_workers=2))
+    assert policy.ceiling("threads", fed, cpu4, 2, 5000, 20.0).factor == pytest.approx(1.5)
+    crowd = policy.ceiling("threads", fed, cpu4, 2, 5000, 20.0, decode_s=0.02)
+    assert crowd.factor == pytest.approx(1.05)

@@ -97,9 +97,10 @@ def _shares(parts: dict[str, float]) -> str:
 
 
 def ceiling(stage: str, result: TrialResult | None, facts: ScriptFacts, workers: int,
-            expected_steps: int, compile_s: float) -> Ceiling:
+            expected_steps: int, compile_s: float, decode_s: float | None = None) -> Ceiling:
     """``stage``'s ceiling from ``result``, the incumbent's latest run (``workers``: its
-    num_workers; ``compile_s``: a cold compile, measured or guessed)."""
+    num_workers; ``compile_s``: a cold compile, measured or guessed; ``decode_s``: a batch's
+    data time in one process, the wait of a run without workers, None where unknown)."""
     parts = split(result)
     step, wait, device, host = parts["step"], parts["data_wait"], parts["device"], parts["host"]
     why = _shares(parts)
@@ -130,7 +131,10 @@ def ceiling(stage: str, result: TrialResult | None, facts: ScriptFacts, workers:
                else "a CPU micro-batch gains at most cache effects")
     elif stage == "threads":  # workers busy on the cores the threads want: time-sharing
         threads, cores = facts.cpu_threads, max(1, facts.usable_cores)
-        factor = 1.0 if facts.on_cuda else max(1.0, (threads + workers) / cores)
+        busy = 1.0  # the share of the step each worker decodes
+        if decode_s is not None and workers and step:
+            busy = min(1.0, decode_s / (workers * step))
+        factor = 1.0 if facts.on_cuda else max(1.0, (threads + workers * busy) / cores)
         why = f"{threads} threads and {workers} workers share {cores} cores"
     else:
         factor = 1.0

@@ -463,9 +463,12 @@ class Search:
 
     def ceiling(self, name: str) -> policy.Ceiling:
         """``name``'s ceiling from the incumbent's latest run (see :mod:`policy`)."""
+        base = policy.split(self.baseline)
+        decode = base["data_wait"] if self.baseline is not None and \
+            not self.baseline.trial.knobs.num_workers else None
         return policy.ceiling(name, self.budget.typical, self.facts,
                               self.incumbent.num_workers or 0, self.options.expected_steps,
-                              self.budget.compile_s or COMPILE_GUESS_S)
+                              self.budget.compile_s or COMPILE_GUESS_S, decode)
 
     def worth_trying(self, ceiling: policy.Ceiling) -> bool:
         """Whether a stage's ceiling clears the noise; a stage asked for by name (``--only``
