@@ -420,9 +420,11 @@ class Search:
         visited: dict[str, Knobs] = {}  # stage -> the incumbent it left
         again: set[str] = set()  # visited twice: once more where later stages moved it
         while True:
-            ready = [(s, False) for s in pending] + [
-                (s, True) for s, knobs in visited.items()
-                if s not in again and knobs != self.incumbent]
+            # equal ceilings go to a stage visited again (the loader's workers before a
+            # deeper prefetch, both at most removing the same wait)
+            ready = [(s, True) for s, knobs in visited.items()
+                     if s not in again and knobs != self.incumbent] + [
+                (s, False) for s in pending]
             if not ready:
                 break
             scored = {s: self.ceiling(s) for s, _ in ready}
