@@ -55,17 +55,19 @@ class FolderSnapshot:
     name (see :func:`user_folders`)."""
 
     def __init__(self, roots: dict[str, int], entries: dict[str, dict[str, Any]],
-                 complete: bool, store: Path) -> None:
+                 complete: bool, store: Path, own: list[str] | None = None) -> None:
         self.roots = roots  # each recorded folder, and its owner
         self.entries, self.complete, self.store = entries, complete, store
+        self.own = own or []  # autotune's own output files: never recorded nor compared
 
     @classmethod
     def take(cls, folders: list[Path], store: Path, exclude: tuple[Path, ...] = ()
              ) -> FolderSnapshot:
         """Record ``folders`` (and copy their small files into ``store``), leaving
-        ``exclude`` (the run's own work folder) out."""
+        ``exclude`` (the run's own work folder) and autotune's own output out."""
         store.mkdir(parents=True, exist_ok=True)
-        excluded = {os.path.realpath(p) for p in exclude}
+        own = own_outputs()
+        excluded = {os.path.realpath(p) for p in exclude} | set(own)
         roots = {root: os.stat(root).st_uid for root in user_folders(folders)}
         entries: dict[str, dict[str, Any]] = {}
         copied = 0
@@ -86,8 +88,9 @@ class FolderSnapshot:
                     copied += status.st_size
             entries[path] = entry
         (store / MANIFEST).write_text(json.dumps({"roots": roots, "complete": complete,
-                                                  "entries": entries}), encoding="utf-8")
-        return cls(roots, entries, complete, store)
+                                                  "entries": entries, "own": own}),
+                                      encoding="utf-8")
+        return cls(roots, entries, complete, store, own)
 
     @classmethod
     def load(cls, store: Path) -> FolderSnapshot | None:
@@ -95,7 +98,7 @@ class FolderSnapshot:
         try:
             data = json.loads((store / MANIFEST).read_text(encoding="utf-8"))
             return cls({str(k): int(v) for k, v in data["roots"].items()}, data["entries"],
-                       bool(data["complete"]), store)
+                       bool(data["complete"]), store, [str(p) for p in data.get("own", [])])
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return None
 
@@ -118,7 +121,7 @@ class FolderSnapshot:
                 self._put_back_one(path, entry, status, result)
         if not self.complete:
             return result  # what is new cannot be told from what was not recorded
-        excluded = {os.path.realpath(self.store.parent)}
+        excluded = {os.path.realpath(self.store.parent), *self.own}
         current = dict(item for root in self.roots for item in _walk(root, excluded))
         for path in sorted(set(current) - set(self.entries), reverse=True):  # children first
             if not theirs(current[path]) or current[path].st_uid not in owners:
@@ -192,6 +195,18 @@ def user_folders(candidates: list[Path]) -> list[str]:
         chosen.append(folder)
     return sorted(f for f in set(chosen)
                   if not any(f.startswith(other + os.sep) for other in chosen if other != f))
+
+
+def own_outputs() -> list[str]:
+    """The files this process's stdout and stderr write to (``tuneup autotune train.py >
+    tune.log 2>&1`` where the script lives): autotune's output, not a trial's change; put
+    back, the file was cut while autotune kept writing at its offset (NUL bytes, lines lost)."""
+    found: list[str] = []
+    for fd in (1, 2):
+        with contextlib.suppress(OSError):
+            if stat.S_ISREG(os.fstat(fd).st_mode):
+                found.append(os.path.realpath(f"/proc/self/fd/{fd}"))  # Linux; else no match
+    return found
 
 
 def _walk(root: str, excluded: set[str]) -> list[tuple[str, os.stat_result]]:
