@@ -7,6 +7,14 @@ from pathlib import Path
 
 import pytest
 
+@pytest.fixture(autouse=True)
+def state_home(tmp_path_factory, monkeypatch) -> Path:
+    """Versions a folder compare sets aside go to a folder of the test's, not the home's."""
+    home = tmp_path_factory.mktemp("state")
+    monkeypatch.setenv("XDG_STATE_HOME", str(home))
+    return home
+
+
 # The child side of docs/probe-protocol.md, scripted: BEHAVIOUR maps a trial id to what the
 # "training script" does in that trial. Fast (no torch), deterministic.
 FAKE_CHILD = textwrap.dedent('''

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -388,6 +389,43 @@ def test_what_no_hook_sees_is_compared_with_the_folders_before_trials(fake_scrip
     assert runner.not_put_back == [str(folder / "big.bin")]
     assert {str(folder / name) for name in ("small.txt", "made.txt", "new", "gone.txt",
                                            "secret.key", "latest")} <= set(runner.put_back)
+    kept = runner.folder_snapshot.aside  # what was found is set aside, not lost
+    found = {str(p.relative_to(kept)): p for p in kept.rglob("*") if not p.is_dir()}
+    assert found[str(folder / "small.txt").lstrip("/")].read_text() == "trial"
+    assert found[str(folder / "made.txt").lstrip("/")].read_text() == "new"
+    assert os.readlink(found[str(folder / "latest").lstrip("/")]) == "small.txt"
+    assert str(outside / "extra.txt").lstrip("/") in found
+
+
+def test_a_users_edit_during_a_trial_is_kept_aside_and_named(tmp_path, monkeypatch):
+    """Anyone's change while a trial ran is put back to the version before it (a trial's
+    unseen writer cannot be told from an editor's save), but the version found is kept and
+    the note says where; past the run's bound a change is left as it is, not dropped."""
+    from tuneup.autotune import snapshot
+    from tuneup.autotune.leftovers import Recovered, file_notes
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "model.py").write_text("before")
+    (project / "data.bin").write_bytes(b"D" * 50)
+    record = snapshot.FolderSnapshot.take([project], tmp_path / "run-1" / "snapshot")
+    started = time.time()
+    (project / "model.py").write_text("the user's edit")
+    (project / "notes.md").write_text("written during the run")
+    (project / "data.bin").write_bytes(b"E" * 50)
+    monkeypatch.setattr(snapshot, "SET_ASIDE_BYTES", 40)  # room for model.py and notes.md
+    compared = record.compare_and_put_back(since=started - 1.0)
+    assert (project / "model.py").read_text() == "before"
+    assert not (project / "notes.md").exists()
+    kept = tmp_path / "state" / "tuneup" / "set-aside" / "run-1"
+    assert record.aside == kept
+    assert (kept / str(project / "model.py").lstrip("/")).read_text() == "the user's edit"
+    assert (kept / str(project / "notes.md").lstrip("/")).read_text() == "written during the run"
+    assert (project / "data.bin").read_bytes() == b"E" * 50  # past the bound: left, named
+    assert compared.not_put_back == [str(project / "data.bin")]
+    notes = file_notes(compared.put_back, compared.not_put_back, record, Recovered())
+    assert any(str(kept) in note and "model.py" in note for note in notes)
 
 
 def test_the_folders_recorded_are_the_users_not_home_or_shared_ones(tmp_path, monkeypatch):

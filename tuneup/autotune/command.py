@@ -256,7 +256,7 @@ def tune(script: Path, script_args: list[str], options: Options, budget: float, 
                              "process(es) (their Python did not load tuneup's sitecustomize): "
                              "files the script wrote during those trials were not put back")
     outcome.notes.extend(file_notes(  # read after the with: the runner ended its last process
-        runner.put_back, runner.not_put_back, runner.folder_compared_in_part, runner.recovered))
+        runner.put_back, runner.not_put_back, runner.folder_snapshot, runner.recovered))
     if nproc_per_node > 1:
         outcome.notes.append(
             f"tuned under torchrun with {nproc_per_node} local ranks: samples/s are the job's "

@@ -19,10 +19,12 @@ BEAT_GRACE_S = 5.0  # after the run's last mark of life: its trials die with it 
 
 @dataclass
 class Recovered:
-    """What a sweep put back of dead runs' trials, and what it left (changed since)."""
+    """What a sweep put back of dead runs' trials, what it left (changed since), and where
+    it kept the versions it replaced (:attr:`FolderSnapshot.aside`)."""
 
     put_back: list[str] = field(default_factory=list)
     left: list[str] = field(default_factory=list)
+    set_aside: dict[str, list[str]] = field(default_factory=dict)
 
 
 def sweep_stale_workdirs(recovered: Recovered | None = None) -> list[Path]:
@@ -51,6 +53,8 @@ def replay_workdir(folder: Path, recovered: Recovered) -> None:
         compared = snapshot.compare_and_put_back(until=until)
         recovered.put_back.extend(compared.put_back)
         recovered.left.extend(compared.not_put_back)
+        if snapshot.set_aside:
+            recovered.set_aside[str(snapshot.aside)] = snapshot.set_aside
 
 
 def _process_number(journal: Path) -> int:
@@ -58,10 +62,15 @@ def _process_number(journal: Path) -> int:
     return int(number) if number.isdigit() else 0
 
 
-def file_notes(put_back: list[str], not_put_back: list[str], compared_in_part: bool,
-               recovered: Recovered) -> list[str]:
-    """The report's notes on the user's files: exactly what was put back and what was not."""
+def file_notes(put_back: list[str], not_put_back: list[str],
+               snapshot: FolderSnapshot | None, recovered: Recovered) -> list[str]:
+    """The report's notes on the user's files: exactly what was put back and what was not,
+    and where the versions a folder compare replaced were kept (``snapshot``: this run's)."""
     notes = []
+    compared_in_part = snapshot is not None and not snapshot.complete
+    kept = dict(recovered.set_aside)
+    if snapshot is not None and snapshot.set_aside:
+        kept[str(snapshot.aside)] = snapshot.set_aside
     if put_back:
         notes.append(f"the script wrote {len(put_back)} file(s) or folder(s) during trials "
                      f"({_names(put_back)}): each was put back as it was")
@@ -77,6 +86,11 @@ def file_notes(put_back: list[str], not_put_back: list[str], compared_in_part: b
     if recovered.put_back:
         notes.append(f"a killed autotune run had left {len(recovered.put_back)} file(s) as its "
                      f"trials changed them ({_names(recovered.put_back)}): put back now")
+    for folder, paths in kept.items():
+        notes.append(f"{len(paths)} file(s) changed or made while a trial ran, by a writer the "
+                     f"write guard does not see ({_names(paths)}), were put back as before the "
+                     f"trial; the versions found are kept in {folder} (yours, if you edited "
+                     "them during the run)")
     if recovered.left:
         notes.append(f"{len(recovered.left)} file(s) a killed autotune run's trials changed were "
                      f"changed again after it died, or had no copy ({_names(recovered.left)}): "

@@ -268,8 +268,8 @@ class Runner:
         return list(dict.fromkeys(path for p in self._started for path in p.not_put_back))
 
     @property
-    def folder_compared_in_part(self) -> bool:  # more entries than the snapshot records
-        return self._snapshot is not None and not self._snapshot.complete
+    def folder_snapshot(self) -> FolderSnapshot | None:  # the user's folders before trials
+        return self._snapshot
 
     def time_left(self) -> float:
         return self.deadline - time.monotonic()

@@ -13,8 +13,11 @@ Bounded: at most :data:`MAX_ENTRIES` entries are recorded (version control and c
 skipped), files above :data:`MAX_FILE_BYTES` or past :data:`MAX_TOTAL_BYTES` are not copied;
 a world-writable folder (the script in ``/tmp`` itself), the home folder or ``/`` whole
 is not recorded. Only changes made
-while a trial process ran count as the trials': anyone's change to the folder in that time
-is undone too, and named in the report.
+while a trial process ran count as the trials'; but a change in that time may be the user's
+own (an editor's save, a new notebook), so what a compare replaces or removes is first set
+aside, not lost: in :func:`set_aside_root`, one folder a run, named in the report. Past
+:data:`SET_ASIDE_BYTES` a run's compare leaves further changes as they are, named as not put
+back, rather than drop a version it could not keep.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ SKIPPED = frozenset({".git", ".hg", ".svn", "__pycache__", ".mypy_cache", ".pyte
                      "node_modules"})
 SKIPPED_PREFIXES = ("tuneup-autotune-", "tuneup-watch-", ".tuneup-born-")  # tuneup's own folders
 CWD_LEVELS = 3
+SET_ASIDE_BYTES = 512 << 20  # a run's set-aside versions: a few checkpoints, not a dataset
 MANIFEST = "manifest.json"
 
 
@@ -47,6 +51,14 @@ class Comparison:
 
     put_back: list[str] = field(default_factory=list)
     not_put_back: list[str] = field(default_factory=list)
+
+
+def set_aside_root() -> Path:
+    """``$XDG_STATE_HOME/tuneup/set-aside`` (``~/.local/state/...``): the versions of the
+    user's files a folder compare replaced or removed, kept past the run (not in TMPDIR,
+    which the run leaves empty)."""
+    base = os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state"
+    return Path(base) / "tuneup" / "set-aside"
 
 
 class FolderSnapshot:
@@ -59,6 +71,9 @@ class FolderSnapshot:
         self.roots = roots  # each recorded folder, and its owner
         self.entries, self.complete, self.store = entries, complete, store
         self.own = own or []  # autotune's own output files: never recorded nor compared
+        self.aside = set_aside_root() / store.resolve().parent.name  # one folder a run
+        self.set_aside: list[str] = []  # paths whose found version was kept in ``aside``
+        self._aside_bytes = 0
 
     @classmethod
     def take(cls, folders: list[Path], store: Path, exclude: tuple[Path, ...] = ()
@@ -126,6 +141,9 @@ class FolderSnapshot:
         for path in sorted(set(current) - set(self.entries), reverse=True):  # children first
             if not theirs(current[path]) or current[path].st_uid not in owners:
                 continue
+            if not self._keep_aside(path, current[path]):
+                result.not_put_back.append(path)
+                continue
             try:
                 remove(path)
                 result.put_back.append(path)
@@ -143,6 +161,9 @@ class FolderSnapshot:
         if kind == "other" or (kind == "file" and not copy and not same_bytes):
             result.not_put_back.append(path)  # changed, and no copy of what it was
             return
+        if status is not None and not same_bytes and not self._keep_aside(path, status):
+            result.not_put_back.append(path)
+            return
         journal_entry: dict[str, Any] = {"path": path, "existed": True, "meta": entry,
                                          "folder": kind == "dir", "link": entry.get("link")}
         if kind == "file" and not same_bytes:
@@ -154,6 +175,37 @@ class FolderSnapshot:
             result.put_back.append(path)
         else:
             result.not_put_back.append(path)
+
+
+    def _keep_aside(self, path: str, status: os.stat_result) -> bool:
+        """Keep the version of ``path`` found now (a file's bytes, a link) under
+        :attr:`aside` before it is replaced or removed; False when it cannot be kept (past
+        the run's bound, or unreadable): then it is left as it is. Folders need nothing."""
+        kind = _kind(status)
+        if kind == "dir" or (kind == "file" and status.st_size == 0):
+            return True
+        if kind == "file" and self._aside_bytes + status.st_size > SET_ASIDE_BYTES:
+            return False
+        target = self.aside / path.lstrip(os.sep)
+        try:
+            self.aside.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            number = 1
+            while os.path.lexists(target):  # a second version of it in this run
+                number += 1
+                target = target.with_name(f"{Path(path).name}.~{number}~")
+            if kind == "link":
+                os.symlink(os.readlink(path), target)
+            elif kind == "file":
+                with open(path, "rb") as source, open(target, "xb") as kept:
+                    shutil.copyfileobj(source, kept)
+            else:
+                return False
+        except OSError:
+            return False
+        self._aside_bytes += status.st_size
+        self.set_aside.append(path)
+        return True
 
 
 def named_folders(script: Path, args: list[str]) -> list[Path]:
