@@ -18,7 +18,6 @@ import io
 import json
 import math
 import os
-import pickle
 import sys
 import time
 import traceback
@@ -40,6 +39,7 @@ from tuneup.autotune.child_facts import (
 from tuneup.autotune.child_parent import die_with_parent, parent_gone
 from tuneup.autotune.child_timing import DeviceTimer
 from tuneup.autotune.micro_blockers import micro_batch_blocked, watch_plain_form
+from tuneup.autotune.reference import load_own
 from tuneup.autotune.trainer_trial import TrainerTrial
 from tuneup.runtime import apply, distributed, hooks, malloc_thresholds
 from tuneup.settings import Knobs
@@ -329,7 +329,7 @@ class TrialSession(hooks.Observer):
 
     def _load_reference(self) -> None:
         """The state every trial starts from and the batches check losses are computed on,
-        shared by every process of one autotune run through two files, loaded weights-only."""
+        shared by every process of one autotune run through two files (:mod:`.reference`)."""
         state_path, batches_path = self.plan.reference_paths(self.rank)
         if not state_path.exists():
             loop = self.loop
@@ -344,11 +344,7 @@ class TrialSession(hooks.Observer):
                               "others": [_loop_state(other) for other in self.loops[1:]]},
                              state_path)
         self.reference = torch.load(state_path, map_location="cpu", weights_only=True)
-        try:
-            self.reference["batches"] = torch.load(batches_path, map_location="cpu",
-                                                   weights_only=True)
-        except pickle.UnpicklingError:  # batches of custom types: no loss checks
-            self.reference["batches"] = []
+        self.reference["batches"] = load_own(batches_path) or []  # None: no loss checks
 
     def _restore(self) -> None:
         """Every loop back to the reference state: the second loop of a GAN kept training
