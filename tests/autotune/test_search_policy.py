@@ -6,6 +6,7 @@ from dataclasses import replace
 
 import pytest
 
+from tuneup.autotune import space
 from tuneup.autotune.search import policy
 from tuneup.autotune.space import ScriptFacts
 from tuneup.autotune.trials import Trial, TrialResult
@@ -117,3 +118,27 @@ def test_threads_are_crowded_only_by_the_share_of_the_step_workers_decode():
     assert policy.ceiling("threads", fed, cpu4, 2, 5000, 20.0).factor == pytest.approx(1.5)
     crowd = policy.ceiling("threads", fed, cpu4, 2, 5000, 20.0, decode_s=0.02)
     assert crowd.factor == pytest.approx(1.05)
+
+
+def test_on_a_loaded_machine_the_threads_ceiling_counts_only_the_idle_cores():
+    """2 cores, one kept busy by other processes: torch's 2 threads time-share one core, so
+    the threads stage is worth a trial (it was "at most 1.00x" when the cores counted as
+    the script's); the candidates include the one idle core."""
+    alone = run(0.1, 0.0)
+    idle = policy.ceiling("threads", alone, CPU, 0, 5000, 20.0)
+    assert idle.factor == pytest.approx(1.0) and not policy.worth_trying(idle, alone, 0.03, 0.0)
+    loaded = replace(CPU, busy_cores=1.0)
+    busy = policy.ceiling("threads", alone, loaded, 0, 5000, 20.0)
+    assert busy.factor == pytest.approx(2.0) and policy.worth_trying(busy, alone, 0.03, 0.0)
+    assert "other processes keep 1.0 of 2 busy" in busy.why
+    cpu4 = replace(CPU, cpu_threads=4, usable_cores=4, busy_cores=2.2)
+    assert space.thread_counts(cpu4, 0) == [2, 1]
+
+
+def test_the_hello_s_busy_cores_are_read_within_the_usable_cores():
+    hello = {"device": "cpu", "usable_cores": 2, "cpu_threads": 2}
+    assert ScriptFacts.from_hello({**hello, "busy_cores": 1.4}).busy_cores == 1.4
+    assert ScriptFacts.from_hello({**hello, "busy_cores": 9}).busy_cores == 2.0
+    assert ScriptFacts.from_hello({**hello, "busy_cores": "x"}).busy_cores == 0.0
+    assert ScriptFacts.from_hello(hello).busy_cores == 0.0
+    assert space.free_cores(ScriptFacts.from_hello({**hello, "busy_cores": 9})) == 1

@@ -31,6 +31,7 @@ import torch
 from tuneup.autotune import protocol, spawned
 from tuneup.autotune.child_facts import (
     amp_dtypes_here,
+    busy_cores,
     compile_available,
     save_atomically,
     torch_default_threads,
@@ -292,7 +293,8 @@ class TrialSession(hooks.Observer):
             "device": device.type, "amp_dtypes": dtypes,
             "compile_available": compile_available(device),
             "every_trial": {} if self.malloc_problem else {"fixed_malloc_thresholds": True},
-            "cpu_threads": self.defaults.cpu_threads, "fixed_knobs": fixed,
+            "cpu_threads": self.defaults.cpu_threads, "busy_cores": busy_cores() if device.type == "cpu" else 0.0,
+            "fixed_knobs": fixed,
             "fixed_reasons": reasons, **facts,
         })
 

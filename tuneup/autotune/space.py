@@ -29,6 +29,9 @@ class ScriptFacts:
     every_trial: Knobs = Knobs()  # knobs of no search the child set before its first trial
     cpu_threads: int = 1  # torch's default intra-op thread count in the child
     usable_cores: int = 1
+    # cores other processes kept busy when the child started (a loaded machine): the
+    # threads stage's ceiling and candidates count only the cores left over
+    busy_cores: float = 0.0
     fixed_knobs: tuple[str, ...] = ()  # knobs the tuner must leave alone
     fixed_reasons: tuple[tuple[str, str], ...] = ()  # (knob, why), for the result's notes
     shuffles: bool = True  # the loader's order depends on a random generator
@@ -52,6 +55,7 @@ class ScriptFacts:
             every_trial=_knobs_or_empty(event.get("every_trial")),
             cpu_threads=_positive_int(event.get("cpu_threads")) or cores,
             usable_cores=cores,
+            busy_cores=_share_of(event.get("busy_cores"), cores),
             fixed_knobs=tuple(str(k) for k in event.get("fixed_knobs") or ()),
             fixed_reasons=tuple((str(k), str(v)) for k, v in reasons.items()),
             shuffles=event.get("shuffles") is not False,
@@ -93,6 +97,20 @@ def _positive_int(value: Any) -> int | None:
     return number if number > 0 else None
 
 
+def _share_of(value: Any, cores: int) -> float:
+    """A hello's busy cores, between none and all ``cores`` (an odd value reads as none)."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return 0.0
+    return min(float(cores), number) if number > 0 else 0.0
+
+
+def free_cores(hw: ScriptFacts) -> int:
+    """The usable cores other processes left idle (at least one)."""
+    return max(1, round(hw.usable_cores - hw.busy_cores))
+
+
 def amp_dtypes(hw: ScriptFacts) -> list[str]:
     """Autocast dtypes worth a trial: those the device supports (never float16 on a CPU)."""
     return [d for d in AMP_DTYPES if d in hw.amp_dtypes and (hw.on_cuda or d != "float16")]
@@ -131,10 +149,11 @@ def thread_counts(hw: ScriptFacts, workers: int) -> list[int]:
     """Intra-op thread counts to try besides torch's default, given the loader's workers.
 
     On a CPU run the workers and the main process share the cores, so the candidates are
-    the cores left over by the workers, half the cores and one thread.
+    the cores left over by the workers (and by other processes' load), half the cores and
+    one thread.
     """
-    cores = hw.usable_cores
-    options = [max(1, cores - workers), max(1, cores // 2), 1, cores]
+    cores, free = hw.usable_cores, free_cores(hw)
+    options = [max(1, free - workers), max(1, cores // 2), 1, cores]
     return [n for n in dict.fromkeys(options) if n != hw.cpu_threads]
 
 

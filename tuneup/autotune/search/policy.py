@@ -129,13 +129,16 @@ def ceiling(stage: str, result: TrialResult | None, facts: ScriptFacts, workers:
         factor = 1.0 if facts.on_cuda else CPU_MICRO_BATCH
         why = ("smaller micro-batches add launches and host time" if facts.on_cuda
                else "a CPU micro-batch gains at most cache effects")
-    elif stage == "threads":  # workers busy on the cores the threads want: time-sharing
-        threads, cores = facts.cpu_threads, max(1, facts.usable_cores)
+    elif stage == "threads":  # workers and other processes' load on the threads' cores
+        threads, cores = facts.cpu_threads, space.free_cores(facts)
         busy = 1.0  # the share of the step each worker decodes
         if decode_s is not None and workers and step:
             busy = min(1.0, decode_s / (workers * step))
         factor = 1.0 if facts.on_cuda else max(1.0, (threads + workers * busy) / cores)
         why = f"{threads} threads and {workers} workers share {cores} cores"
+        if facts.busy_cores >= 0.5:
+            why += (f" (other processes keep {facts.busy_cores:.1f} of "
+                    f"{facts.usable_cores} busy)")
     else:
         factor = 1.0
     return Ceiling(stage, factor, why)
