@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from tuneup.autotune.runner import Runner
-from tuneup.autotune.search.budget import Budget
+from tuneup.autotune.search.budget import CONFIRM_ROUNDS, Budget
 from tuneup.autotune.space import ScriptFacts
 from tuneup.autotune.trials import Trial
 from tuneup.cli import main
@@ -188,7 +188,8 @@ def test_the_budget_prices_a_start_up_for_each_trial_of_a_trainer():
     assert one.trial_seconds() == pytest.approx(many.trial_seconds() + 6.0)
     # ... and only there: a plan's process adds none of its own (it was counted twice)
     assert many.next_startup_seconds() == 6.0 and one.next_startup_seconds() == 0.0
-    assert one.confirm_reserve() == pytest.approx(many.confirm_reserve() - 6.0 + 4 * 6.0)
+    pairs = CONFIRM_ROUNDS * 2  # the pick and the defaults each round, a start-up each
+    assert one.confirm_reserve() == pytest.approx(many.confirm_reserve() - 6.0 + pairs * 6.0)
     assert one.compile_seconds() == pytest.approx(many.compile_seconds() - 6.0 + 2 * 6.0)
 
 
