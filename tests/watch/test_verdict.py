@@ -9,7 +9,7 @@ import pytest
 from fake_nvml import FakeNvml, NVMLError, tick_clock
 from watch_helpers import RECORDINGS, load, replay
 
-from tuneup.watch.samples import (MAIN, WORKER, HostSample, ProcessSample, RuntimeSample,
+from tuneup.watch.samples import (CHILD, MAIN, WORKER, HostSample, ProcessSample, RuntimeSample,
                                   Sample, StackCounts)
 from tuneup.watch.verdict import RULES, Figures, decide, reduce
 
@@ -177,6 +177,39 @@ def test_the_loading_share_is_over_all_the_windows_stacks():
     window[1] = dataclasses.replace(window[1], stacks=StackCounts(0, 300))
     assert reduce(window).loading_share == pytest.approx(30 / 400)
     assert reduce(cpu_window(99.0, [])).loading_share is None
+
+
+# -- children of unknown role (Hogwild's trainers in set-up) ------------------------------
+def as_children(window: list[Sample]) -> list[Sample]:
+    """``window`` with its workers' evidence gone: multiprocessing children, role unknown."""
+    return [dataclasses.replace(s, processes=tuple(
+        dataclasses.replace(p, role=CHILD) if p.role == WORKER else p for p in s.processes))
+        for s in window]
+
+
+def test_busy_children_of_unknown_role_never_make_the_job_input_bound():
+    # the same CPU figures that are input-bound as DataLoader workers
+    verdict = decide(reduce(as_children(cpu_window(30.0, [97.0, 95.0], busy=0))))
+    assert verdict.kind == "undetermined", verdict
+    assert "2 child processes of unknown role" in verdict.reason
+    assert verdict.evidence["workers"] == 0 and verdict.evidence["children"] == 2
+
+
+def test_a_main_process_out_of_the_dataloader_does_not_make_children_compute_bound():
+    # Hogwild's main process joins its trainers: its stacks say nothing of their training
+    verdict = decide(reduce(stacked(as_children(cpu_window(99.0, [10.0, 10.0])), 0, 100)))
+    assert verdict.kind == "undetermined", verdict
+    loading = decide(reduce(stacked(as_children(cpu_window(99.0, [90.0])), 60, 100)))
+    assert loading.kind == "input-bound" and loading.evidence["basis"] == "py-spy stacks"
+
+
+def test_trainers_feeds_are_summed_and_counted():
+    window = cpu_window(98.0, [], wait_s=0.02)
+    twice = [dataclasses.replace(s, runtime=(*s.runtime, dataclasses.replace(s.runtime[0], pid=11)))
+             for s in window]
+    one, two = reduce(window), reduce(twice)
+    assert (one.trainers, two.trainers) == (1, 2)
+    assert two.steps == 2 * one.steps and two.samples_per_s == pytest.approx(2 * one.samples_per_s)
 
 
 # -- SM activity (GPM) against NVML's utilisation -----------------------------------------

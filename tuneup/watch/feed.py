@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from tuneup.files import write_atomic
 from tuneup.site import ENV_FEED
 from tuneup.runtime import hooks
+from tuneup.watch.child_exit import publish_when_child_ends
 from tuneup.watch.safe_files import read_regular
 from tuneup.watch.samples import RuntimeSample
 
@@ -94,6 +95,7 @@ class Feed(hooks.Observer):
         optimizer steps) once one is: an eval loader on its own does not replace it."""
         if self.loader is None or (self.loader.loop is None and loader.loop is not None):
             self.loader = loader
+            publish_when_child_ends(self, self.publish)
         start = getattr(source, "start", None)
         if start is not None:
             start()  # the DataLoader's seed draws happen at iter(), as without a watcher

@@ -31,6 +31,7 @@ from typing import Any
 
 from tuneup.after_import import after_import
 from tuneup.site import ENV_FEED
+from tuneup.watch.child_exit import publish_when_child_ends
 
 TARGET = "torch.utils.data.dataloader"
 PERIOD_S = 1.0
@@ -126,6 +127,7 @@ class _Probe:
         counters = self.counters
         if counters.started is None:
             counters.started = started
+            publish_when_child_ends(self, self.publish)
         counters.latest = ended
         counters.data_wait_s += ended - started
         counters.batches += 1

@@ -45,8 +45,7 @@ class Sampler:
 
     def sample(self) -> Sample:
         runtime = self.runtime()
-        trainers = {record.pid for record in runtime}
-        processes = self.tree.sample(trainers)
+        processes = self.tree.sample(loaders={r.pid: r.num_workers for r in runtime})
         self.members = {p.pid for p in processes} or self.members
         gpus = self.gpus.read({p.pid for p in processes}) if self.gpus is not None else ()
         stacks = (self.stacks.poll(stack_target(runtime, processes, gpus))
@@ -58,7 +57,8 @@ class Sampler:
 def stack_target(runtime: Sequence[RuntimeSample], processes: Sequence[ProcessSample],
                  gpus: Sequence[GpuSample]) -> int | None:
     """The process whose stacks are wanted: the busiest training process, but only when no
-    feed, no GPU memory of the job and no DataLoader workers can tell loading from compute."""
+    feed, no GPU memory of the job and no DataLoader workers can tell loading from compute
+    (children of unknown role do not: the main process's stacks may show it loading)."""
     if runtime or any(g.job_memory for g in gpus) or any(p.role == WORKER for p in processes):
         return None
     mains = [p for p in processes if p.role == MAIN]

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from typing import Any
 
 MAIN, WORKER, HELPER = "main", "worker", "helper"  # process roles in the job's tree
+# a multiprocessing child nothing has yet shown to be a DataLoader worker or a trainer
+CHILD = "child"
 
 
 @dataclass(frozen=True)
@@ -43,7 +45,7 @@ class ProcessSample:
     """One process of the job's tree, over the time since the previous sample."""
 
     pid: int
-    role: str  # MAIN (the training process), WORKER (a DataLoader worker), HELPER
+    role: str  # MAIN (a training process), WORKER (a DataLoader worker), HELPER, CHILD
     cpu_percent: float | None  # % of one core
     busy_threads: int | None  # threads that used at least a fifth of a core
     threads: int

@@ -107,6 +107,20 @@ def trainer(figures: Figures | None) -> str | None:
     return runtime.trainer if runtime is not None else None
 
 
+def _processes(figures: dict[str, Any]) -> str:
+    """How the job's processes were read: several trainers (their feeds summed), DataLoader
+    workers, children of unknown role; empty for one training process alone."""
+    parts = []
+    if figures.get("trainers", 0) > 1:
+        parts.append(f"{figures['trainers']} trainer processes (their feeds summed)")
+    if figures.get("workers"):
+        parts.append(f"{figures['workers']} DataLoader workers")
+    if figures.get("children"):
+        many = "es" if figures["children"] > 1 else ""
+        parts.append(f"{figures['children']} child process{many} of unknown role")
+    return " · ".join(parts)
+
+
 def write(summary: dict[str, Any], path: Path) -> None:
     """Atomically: a reader never sees half a summary."""
     write_atomic(path, json.dumps(summary, indent=2) + "\n")
@@ -125,6 +139,9 @@ def print_text(console: Console, summary: dict[str, Any]) -> None:
     rows.add_column(style="bold", no_wrap=True)
     rows.add_column()
     verdict = summary["verdict"]
+    processes = summary.get("figures") and _processes(summary["figures"])
+    if processes:
+        rows.add_row("processes", Text(processes))
     if summary.get("trainer"):
         rows.add_row("trainer", Text(f"{summary['trainer']} (its DataLoader timed by the "
                                      "plain-DataLoader probe)"))

@@ -28,7 +28,7 @@ from statistics import fmean
 from typing import Any
 
 from tuneup.runtime.telemetry import STALL_HINT
-from tuneup.watch.samples import MAIN, WORKER, GpuSample, RuntimeSample, Sample, StackCounts
+from tuneup.watch.samples import CHILD, MAIN, WORKER, GpuSample, RuntimeSample, Sample, StackCounts
 
 GPU_BUSY = 90.0  # % of the time a kernel runs: the GPU itself is the limit
 # % SM activity (GPM; DCGM's DCGM_FI_PROF_SM_ACTIVE): the share of time the SMs have at least
@@ -127,6 +127,8 @@ class Figures:
     runtime: RuntimeSample | None  # the latest feed record (its loader knobs)
     loading_share: float | None = None  # py-spy: the training thread's samples in DataLoader code
     sm_activity: float | None = None  # GPM: %, mean; None unless every GPU counted gives it
+    trainers: int = 0  # processes that publish a feed (most at once): the figures sum them
+    children: int = 0  # multiprocessing children of unknown role (most seen at once)
 
 
 def _busy_sms(readings: Sequence[GpuSample]) -> float | None:
@@ -178,6 +180,9 @@ def reduce(window: Sequence[Sample],
     mains = [[p.cpu_percent for p in s.processes if p.role == MAIN and p.cpu_percent is not None]
              for s in window]
     workers = [[p.cpu_percent for p in s.processes if p.role == WORKER] for s in window]
+    fed_pids = {r.pid for r in end}  # a child that published later was a trainer all along
+    children = max((sum(p.role == CHILD and p.pid not in fed_pids for p in s.processes)
+                    for s in window), default=0)
     measured = [s for s in window if any(p.cpu_percent is not None for p in s.processes)]
     steps, elapsed, wait, copy, rate = _runtime_totals(start, end)
     fed = bool(end)
@@ -212,6 +217,8 @@ def reduce(window: Sequence[Sample],
         runtime=end[0] if end else None,
         loading_share=stacks.loading / stacks.total if stacks.total else None,
         sm_activity=_busy_sms(readings),
+        trainers=max([len(end), *(len(s.runtime) for s in window)]),
+        children=children,
     )
 
 
@@ -429,7 +436,7 @@ def compute_bound_cpu(f: Figures, script: str) -> Verdict | None:
     elif f.workers and f.worker_cpu is not None and f.main_cpu is not None:
         reason = (f"{f.workers} DataLoader workers keep up ({f.worker_cpu:.0f} % of a "
                   f"core each) while the main process computes at {f.main_cpu:.0f} %")
-    elif f.loading_share is not None:
+    elif f.loading_share is not None and not f.children:  # else its children may train
         reason = (f"the training thread is in the DataLoader only {f.loading_share:.0%} of the "
                   f"time ({STACKS})")
         evidence.update(loading_share=rounded(f.loading_share, 3), basis=STACKS)
@@ -450,12 +457,16 @@ def undetermined(f: Figures, script: str) -> Verdict:
         missing = (f"the main process runs at {f.main_cpu or 0.0:.0f} % of a core, and with no "
                    "runtime feed, no DataLoader workers measured and no py-spy stacks, loading "
                    "cannot be told from compute or waiting")
+        if f.children:  # Hogwild's trainers look like forked DataLoader workers
+            missing = (f"{f.children} child processes of unknown role (DataLoader workers or "
+                       "trainers: neither is assumed) and no runtime feed of theirs: loading "
+                       "cannot be told from compute or waiting")
         action = (f"run it under `tuneup watch -- python {script}` (its DataLoader is then "
                   "measured without a code change; a job that iterates none has no data wait "
                   "to measure), or install py-spy: pip install 'tuneup[stacks]'")
     return Verdict("undetermined", missing,
                    {"job_cpu_percent": rounded(f.job_cpu), "main_cpu_percent": rounded(f.main_cpu),
-                    "workers": f.workers, "steps": f.steps}, action)
+                    "workers": f.workers, "children": f.children, "steps": f.steps}, action)
 
 
 # -- the ceiling of each verdict -----------------------------------------------------------

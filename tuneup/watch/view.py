@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.text import Text
 
 from tuneup.machine.snapshot import printable
-from tuneup.watch.samples import MAIN, WORKER, Sample
+from tuneup.watch.samples import CHILD, MAIN, WORKER, Sample
 from tuneup.watch.verdict import Figures, Verdict, ceiling_line
 
 MAX_GPUS = 8  # GPU lines in the live block; more GPUs are summed up in one line
@@ -51,8 +51,13 @@ def cpu_split(sample: Sample) -> str:
     """The job's CPU by process: the training process(es), the workers, the rest."""
     mains = [p for p in sample.processes if p.role == MAIN and p.cpu_percent is not None]
     workers = [p for p in sample.processes if p.role == WORKER]
+    children = sum(p.role == CHILD for p in sample.processes)
     busiest = max(mains, key=lambda p: p.cpu_percent, default=None)
     text = f"main {_percent(busiest.cpu_percent if busiest else None).strip()}"
+    if len(sample.runtime) > 1:
+        text += f" · {len(sample.runtime)} trainer processes"
+    if children:
+        text += f" · {children} child process{'es' if children > 1 else ''} (role not yet known)"
     if workers:
         each = [p.cpu_percent for p in workers if p.cpu_percent is not None]
         mean = sum(each) / len(each) if each else None
