@@ -197,6 +197,27 @@ def test_gpm_figures_are_served_as_dcgm_s_profiling_ratios(tmp_path, monkeypatch
         last["tensor_active"] / 100)
 
 
+@needs_client
+def test_children_of_unknown_role_are_served_as_their_own_role():
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    from tuneup.watch.samples import CHILD, MAIN, HostSample, ProcessSample
+    from tuneup.watch.samples import Sample as WatchSample
+    from tuneup.watch.serve import JobView, _jobs
+
+    processes = (ProcessSample(10, MAIN, 1.0, 0, 3, 1 << 20, None),
+                 *(ProcessSample(pid, CHILD, 90.0, 1, 1, 1 << 20, None) for pid in (11, 12)))
+    sample = WatchSample(t=1.0, gpus=(), processes=processes, runtime=(),
+                         host=HostSample(None, None, None, None, None, None))
+    families = list(_jobs([JobView(10, "hogwild.py", sample, None, None)], GaugeMetricFamily,
+                          CounterMetricFamily))
+    served = {(f.name, s.labels["role"]): s.value for f in families for s in f.samples
+              if "role" in s.labels}
+    assert served[("tuneup_watch_job_processes", "child")] == 2
+    assert served[("tuneup_watch_job_processes", "worker")] == 0
+    assert served[("tuneup_watch_job_cpu_percent", "child")] == 180.0
+
+
 def test_without_prometheus_client_serve_is_one_line_naming_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "prometheus_client", None)  # import raises ImportError
     result = CliRunner().invoke(main, ["watch", "--serve", "127.0.0.1:0", "--", sys.executable,

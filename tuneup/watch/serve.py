@@ -35,7 +35,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from tuneup.errors import UsageError
 from tuneup.machine.snapshot import printable
-from tuneup.watch.samples import HELPER, MAIN, WORKER, GpuSample, Sample
+from tuneup.watch.samples import CHILD, HELPER, MAIN, WORKER, GpuSample, Sample
 from tuneup.watch.verdict import Figures, Verdict
 
 PREFIX = "tuneup_watch_"
@@ -319,7 +319,7 @@ def _jobs(jobs: Sequence[JobView], gauge: Any, counter: Any) -> Iterator[Any]:
                     labels=[*labels, "kind"])
     for job in jobs:
         key = [str(job.pid), printable(job.script, one_line=True)]  # UTF-8 text, always
-        for role in (MAIN, WORKER, HELPER):
+        for role in (MAIN, WORKER, HELPER, CHILD):
             members = [p for p in job.sample.processes if p.role == role]
             processes.add_metric([*key, role], len(members))
             if any(p.cpu_percent is not None for p in members):
