@@ -2,7 +2,8 @@
 the model, shares its memory and forks two ``mp.Process`` trainers, each with its own loader
 and loop after seconds of set-up, then joins them. ``--plain``: a plain DataLoader and loop
 (the watcher's plain-DataLoader probe measures it); else ``tuned_loader`` / ``tuned_loop``.
-Usage: python hogwild.py [--plain] [SETUP_S] [TRAIN_S]"""
+``--spawn``: trainers started with the spawn method instead of fork.
+Usage: python hogwild.py [--plain] [--spawn] [SETUP_S] [TRAIN_S]"""
 
 import sys
 import time
@@ -12,7 +13,7 @@ import torch.multiprocessing as mp
 from torch import nn
 
 PLAIN = "--plain" in sys.argv
-SETUP_S, TRAIN_S = ([float(a) for a in sys.argv[1:] if a != "--plain"] + [3.0, 1.5])[:2]
+SETUP_S, TRAIN_S = ([float(a) for a in sys.argv[1:] if not a.startswith("--")] + [3.0, 1.5])[:2]
 
 
 def train(model: nn.Module, rank: int) -> None:
@@ -40,7 +41,7 @@ def train(model: nn.Module, rank: int) -> None:
 
 
 if __name__ == "__main__":
-    mp.set_start_method("fork")
+    mp.set_start_method("spawn" if "--spawn" in sys.argv else "fork")
     model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 4))
     model.share_memory()
     trainers = [mp.Process(target=train, args=(model, rank)) for rank in range(2)]

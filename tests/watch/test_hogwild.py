@@ -44,3 +44,23 @@ def test_spawned_trainers_are_never_workers_nor_input_bound_in_set_up(tmp_path, 
     assert (figures["trainers"], figures["workers"], figures["children"]) == (2, 0, 0), figures
     assert figures["steps"] > 0
     assert "2 trainer processes (their feeds summed)" in result.output
+
+
+def _registers(path: str) -> None:
+    from tuneup.watch.child_exit import publish_when_child_ends
+
+    publish_when_child_ends(object(), lambda: Path(path).write_text("last"))
+
+
+def test_a_multiprocessing_child_publishes_as_it_ends(tmp_path):
+    """mp.Process children end through os._exit, where atexit never runs: the last counters
+    come from multiprocessing's own finalizers."""
+    import multiprocessing
+
+    path = tmp_path / "last"
+    child = multiprocessing.get_context("fork").Process(target=_registers, args=(str(path),))
+    child.start()
+    child.join(30)
+    assert child.exitcode == 0 and path.read_text() == "last"
+    _registers(str(tmp_path / "here"))  # not a multiprocessing child: left to atexit
+    assert not (tmp_path / "here").exists()
