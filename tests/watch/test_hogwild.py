@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from tuneup.cli import main
 
 JOB = Path(__file__).with_name("hogwild.py")
-SETUP_S, TRAIN_S = "2", "1"
+SETUP_S, TRAIN_S = "1.5", "0.8"
 
 
 @pytest.fixture(autouse=True)
@@ -24,6 +24,7 @@ def defaults(monkeypatch):
     monkeypatch.setenv("TUNEUP_DISABLE", "1")
 
 
+@pytest.mark.slow  # a real job under the watcher: ~7 s each here, more on a loaded machine
 @pytest.mark.parametrize("variant", [[], ["--plain"]], ids=["tuned", "plain"])
 def test_spawned_trainers_are_never_workers_nor_input_bound_in_set_up(tmp_path, variant):
     summary_path = tmp_path / "summary.json"
