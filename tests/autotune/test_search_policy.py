@@ -142,3 +142,21 @@ def test_the_hello_s_busy_cores_are_read_within_the_usable_cores():
     assert ScriptFacts.from_hello({**hello, "busy_cores": "x"}).busy_cores == 0.0
     assert ScriptFacts.from_hello(hello).busy_cores == 0.0
     assert space.free_cores(ScriptFacts.from_hello({**hello, "busy_cores": 9})) == 1
+
+
+def test_where_the_host_takes_a_third_of_the_step_cuda_graphs_compile_first():
+    """A budget often holds one cold compile: where the device idles for the host a third
+    of the step, the mode that removes host time (reduce-overhead) is the one tried first."""
+    from test_search import CUDA, compute_bound, search
+
+    assert policy.graphs_first(run(0.1, 0.0, device=0.6 * 0.1))
+    assert not policy.graphs_first(run(0.1, 0.0, device=0.8 * 0.1))
+
+    def host_third(knobs: Knobs) -> dict:
+        data = compute_bound(knobs)
+        return {**data, "device_s": 0.6 * data["step_s_all"][0]}
+
+    tuner, recorded = search(host_third, facts=CUDA, budget=600)
+    tuner.run()
+    modes = [t.knobs.compile_mode for t in recorded.ran if t.knobs.compile_mode]
+    assert modes[0] == "reduce-overhead" and "default" in modes

@@ -51,6 +51,9 @@ HIDDEN_BY_WAIT = 0.3
 # the host's share of the step below which CUDA graphs cannot repay their own compile: twice
 # the 3 % min_gain (a gain the race must see, and graphs add their capture)
 HOST_SHARE = 0.06
+# the host's share from which CUDA graphs are compiled before the default mode: a third of
+# the step, where the default mode's fewer kernels leave about half of it
+GRAPHS_FIRST = 0.3
 # a fresh process's compile of settings compiled before, as a share of the first compile,
 # that says the run's cache was missed: from the cache 1.4 s against 11.4 s cold (14 %) on
 # docs/examples/train_images.py, 2 cores; three quarters is no cache at all
@@ -149,6 +152,14 @@ def host_bound(result: TrialResult | None) -> bool:
     for CUDA graphs (compile's reduce-overhead mode) to be worth a compile."""
     parts = split(result)
     return parts["step"] > 0 and parts["host"] >= HOST_SHARE * parts["step"]
+
+
+def graphs_first(result: TrialResult | None) -> bool:
+    """Whether CUDA graphs are the compile mode to try first: the device idles for the host
+    :data:`GRAPHS_FIRST` of the step or more, time graphs remove and the default mode only
+    shortens (a budget often holds one cold compile)."""
+    parts = split(result)
+    return parts["step"] > 0 and parts["host"] >= GRAPHS_FIRST * parts["step"]
 
 
 def worth_trying(ceiling_: Ceiling, result: TrialResult | None, min_gain: float,

@@ -361,6 +361,8 @@ def compile_(search: Search) -> None:
         share = policy.split(search.budget.typical)
         search.note(f"compile: reduce-overhead not tried: the host takes "
                     f"{share['host'] / (share['step'] or 1):.0%} of the step")
+    elif policy.graphs_first(search.budget.typical):
+        modes.reverse()  # the budget may hold one compile: the mode that removes the host
     for trial in search.candidates("compile_mode", modes, check=True):
         search.budget.reserve_s = _prefetch_reserve(search, search.budget.typical)
         if search.budget.affordable(2, extra_s=COMPILE_GUESS_S) < 2:
