@@ -141,3 +141,29 @@ def test_a_closure_optimizer_clips_in_the_models_order():
         return [p.detach().clone() for p in model.parameters()]
 
     assert identical(run(True), run(False))
+
+
+def test_parameters_named_by_a_generator_are_clipped_at_every_closure_call():
+    """``clip_parameters=model.parameters()`` is a generator: LBFGS calls the closure several
+    times a step, and each call clips them all, as the plain closure does."""
+    def run(tuned: bool) -> list[torch.Tensor]:
+        model = TinyGPT()
+        optimizer = torch.optim.LBFGS(model.parameters(), lr=0.1, max_iter=3)
+        loop = tuned_loop(model, optimizer) if tuned else None
+        for batch in batches()[:3]:
+            if loop is not None:
+                loop.train_step(batch, lambda b: loss_of(model, b), max_grad_norm=MAX_NORM,
+                                clip_parameters=model.parameters())
+                continue
+
+            def closure() -> torch.Tensor:
+                optimizer.zero_grad()
+                loss = loss_of(model, batch)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_NORM)
+                return loss
+
+            optimizer.step(closure)
+        return [p.detach().clone() for p in model.parameters()]
+
+    assert identical(run(True), run(False))

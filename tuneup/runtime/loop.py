@@ -26,6 +26,7 @@ from torch.nn.modules.batchnorm import _BatchNorm, _NormBase
 from torch.nn.modules.dropout import _DropoutNd
 
 from tuneup.runtime import apply, hooks
+from tuneup.runtime.accelerator import amp_refused, steps_in_backward
 from tuneup.runtime.batches import UnsplittableBatch, split_plan
 from tuneup.runtime.telemetry import Stats, Telemetry
 from tuneup.settings import Knobs, SettingsError, store
@@ -72,8 +73,7 @@ class TunedLoop:
             self._refuse(f"amp_dtype {knobs.amp_dtype}: a GradScaler cannot step "
                          f"{type(self.optimizer).__name__}'s closure; training in float32")
             self.amp_dtype = self.scaler = None
-        if self.amp_dtype is not None and (owner := _accelerator_amp(self.accelerator,
-                                                                     self.scaler)):
+        if self.amp_dtype is not None and (owner := amp_refused(self.accelerator, self.scaler)):
             self._refuse(f"amp_dtype {knobs.amp_dtype} from the settings is not applied: "
                          f"{owner}")
             self.amp_dtype = self.scaler = None
@@ -142,6 +142,7 @@ class TunedLoop:
             raise TypeError(f"{type(self.optimizer).__name__}.step() needs a closure: use "
                             "loop.train_step(batch, loss_fn), which builds it")
         observers = hooks.current()
+        clip_parameters = None if clip_parameters is None else list(clip_parameters)  # reused
         self._note_micro_batching(None, _PLAIN_FORM if self.micro_batch_size else None)
         with _NOTHING if observers is hooks.NOBODY else observers.guard(self):
             weight = 1.0 if num_items is None else 1.0 / num_items
@@ -185,6 +186,7 @@ class TunedLoop:
         if reduction not in REDUCTIONS:
             raise ValueError(f"reduction must be one of {REDUCTIONS}, not {reduction!r}")
         observers = hooks.current()
+        clip_parameters = None if clip_parameters is None else list(clip_parameters)  # reused
         with _NOTHING if observers is hooks.NOBODY else observers.guard(self):
             pieces = self._pieces(batch, loss_fn, reduction, num_items)
             if self.needs_closure:
@@ -223,6 +225,8 @@ class TunedLoop:
             return self._whole(batch, None)
         if self.needs_closure:
             blocked = f"{type(self.optimizer).__name__} steps with a closure"
+        elif steps_in_backward(self.accelerator):
+            blocked = "DeepSpeed steps the optimizer inside each accelerator.backward"
         elif self._split_failure is not None:
             blocked = self._split_failure
         elif self._split_changes is not None:
@@ -565,20 +569,6 @@ def _full_float32() -> Iterator[None]:
     finally:
         torch.set_float32_matmul_precision(precision)
         torch.backends.cudnn.allow_tf32 = cudnn_tf32
-
-
-def _accelerator_amp(accelerator: Any, scaler: Any) -> str | None:
-    """Why the settings' AMP cannot apply beside ``accelerator``, or None: its own mixed
-    precision decides, or float16's GradScaler would step between its accumulated steps."""
-    if accelerator is None:
-        return None
-    mixed = getattr(accelerator, "mixed_precision", "no")
-    if mixed != "no":
-        return f"the accelerator's mixed_precision={mixed!r} decides"
-    if scaler is not None:
-        return ("a GradScaler beside the accelerator would step between its accumulated "
-                "steps; set Accelerator(mixed_precision='fp16')")
-    return None
 
 
 def _is_one(weight: Any) -> bool:
