@@ -503,3 +503,22 @@ def test_root_tuning_another_users_script_gives_her_files_back_to_her(tmp_path):
     write_guard.restore(work / "journal.jsonl")
     assert _state(user) == before
     assert {p.stat().st_uid for p in user.rglob("*")} == {4321}
+
+
+def test_a_lost_copy_leaves_that_file_named_and_the_rest_put_back(tmp_path):
+    """One copy gone (a full disk, a cleaner): that file is named as not put back, and the
+    compare goes on with the others instead of stopping with a traceback."""
+    from tuneup.autotune import snapshot
+
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "a.txt").write_text("a before")
+    (project / "b.txt").write_text("b before")
+    record = snapshot.FolderSnapshot.take([project], tmp_path / "run-2" / "snapshot")
+    started = time.time()
+    (project / "a.txt").write_text("a trial")
+    (project / "b.txt").write_text("b trial")
+    os.unlink(record.entries[str(project / "a.txt")]["copy"])
+    compared = record.compare_and_put_back(since=started - 1.0)
+    assert compared.not_put_back == [str(project / "a.txt")]
+    assert (project / "b.txt").read_text() == "b before"

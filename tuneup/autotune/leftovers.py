@@ -77,8 +77,8 @@ def file_notes(put_back: list[str], not_put_back: list[str],
     if not_put_back:
         notes.append(f"{len(not_put_back)} file(s) changed during trials could NOT be put back "
                      f"({_names(not_put_back)}): changed by a writer the write guard does not "
-                     "see with no copy kept (over 4 MiB), or made unwritable by the script; "
-                     "check them")
+                     "see with no copy kept (a file too big to copy before the trials, or past "
+                     "what a run copies or sets aside), or made unwritable; check them")
     if compared_in_part:
         notes.append("the script's folder holds more entries than the snapshot before trials "
                      "records: a file there changed by a writer the guard does not see may "

@@ -13,7 +13,8 @@ Bounded: at most :data:`MAX_ENTRIES` entries are recorded (version control and c
 skipped), files above :data:`MAX_FILE_BYTES` or past :data:`MAX_TOTAL_BYTES` are not copied;
 a world-writable folder (the script in ``/tmp`` itself), the home folder or ``/`` whole
 is not recorded. Only changes made
-while a trial process ran count as the trials'; but a change in that time may be the user's
+while a trial process ran count as the trials' (after a killed run: any made before its last
+sign of life, the trials' start times died with it); but a change in that time may be the user's
 own (an editor's save, a new notebook), so what a compare replaces or removes is first set
 aside, not lost: in :func:`set_aside_root`, one folder a run, named in the report. Past
 :data:`SET_ASIDE_BYTES` a run's compare leaves further changes as they are, named as not put
@@ -93,7 +94,10 @@ class FolderSnapshot:
                 break
             entry = {"kind": _kind(status), **metadata(status), "size": status.st_size}
             if entry["kind"] == "link":
-                entry["link"] = os.readlink(path)
+                try:
+                    entry["link"] = os.readlink(path)
+                except OSError:  # gone since the walk: nothing to record
+                    continue
             elif (entry["kind"] == "file" and status.st_size <= MAX_FILE_BYTES
                   and copied + status.st_size <= MAX_TOTAL_BYTES):
                 copy = store / f"{len(entries)}"
@@ -133,7 +137,10 @@ class FolderSnapshot:
         for path, entry in self.entries.items():  # parents before children: folders first
             status = _lstat(path)
             if not _same(path, entry, status) and theirs(status):
-                self._put_back_one(path, entry, status, result)
+                try:
+                    self._put_back_one(path, entry, status, result)
+                except OSError:  # a copy lost, a full disk: this one stays, the rest go on
+                    result.not_put_back.append(path)
         if not self.complete:
             return result  # what is new cannot be told from what was not recorded
         excluded = {os.path.realpath(self.store.parent), *self.own}
