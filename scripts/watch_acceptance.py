@@ -36,7 +36,6 @@ import time
 import venv
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 JOBS_DIR = ROOT / "scripts" / "watch_jobs"

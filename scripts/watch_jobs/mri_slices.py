@@ -12,7 +12,6 @@ trains and one loads: the one worker cannot keep up with the model (expected: in
 
 from __future__ import annotations
 
-import math
 
 import torch
 from torch import nn

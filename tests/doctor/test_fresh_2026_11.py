@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
 
 from tuneup.doctor.readers import read_report
 from tuneup.doctor.rules import diagnose

@@ -10,7 +10,7 @@ import pytest
 
 from tuneup.machine import probe
 from tuneup.machine import versions
-from tuneup.machine.probe import cpu, cpu_flags, host, nvidia, torch_build
+from tuneup.machine.probe import cpu, host, nvidia, torch_build
 
 # /proc/cpuinfo excerpts: an Intel Sapphire Rapids guest and an AWS Graviton3 (aarch64).
 CPUINFO_X86 = """processor\t: 0

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 
-from tuneup.doctor import knowledge as kb
 from tuneup.doctor import messages
 from tuneup.doctor.findings import ERROR, INFO, WARNING
 from tuneup.doctor.rules.context import Context
