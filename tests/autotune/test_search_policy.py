@@ -160,3 +160,25 @@ def test_where_the_host_takes_a_third_of_the_step_cuda_graphs_compile_first():
     tuner.run()
     modes = [t.knobs.compile_mode for t in recorded.ran if t.knobs.compile_mode]
     assert modes[0] == "reduce-overhead" and "default" in modes
+
+
+def test_busy_cores_are_the_cores_busy_time_less_the_child_s_own(monkeypatch):
+    """Two cores each 0.1 s busier over the interval, the child itself 0.1 s of it: one
+    core's worth of other load per 0.1 s interval (the clock is the measured interval)."""
+    import itertools
+    from collections import namedtuple
+
+    from tuneup.autotune import child_facts
+
+    cpu = namedtuple("cpu", "user system idle")
+    own = namedtuple("own", "user system children_user children_system")
+    ticks = iter([[cpu(1.0, 0.0, 5.0)] * 2, [cpu(1.1, 0.0, 5.0)] * 2])
+    mine = iter([own(0.5, 0.0, 0.0, 0.0), own(0.6, 0.0, 0.0, 0.0)])
+    clock = itertools.count(10.0, 0.1)  # the interval's two reads: 0.1 s apart
+    monkeypatch.setattr(child_facts.psutil, "cpu_times", lambda percpu: next(ticks))
+    monkeypatch.setattr(child_facts.psutil, "Process",
+                        lambda: type("P", (), {"cpu_times": lambda self: next(mine)})())
+    monkeypatch.setattr(child_facts.time, "perf_counter", lambda: next(clock))
+    monkeypatch.setattr(child_facts.time, "sleep", lambda s: None)
+    monkeypatch.setattr(child_facts.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    assert child_facts.busy_cores() == pytest.approx(1.0)
