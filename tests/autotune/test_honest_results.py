@@ -223,3 +223,19 @@ def test_the_stop_rule_never_settles_after_one_round():
 
 def result(knobs: Knobs, step_s: float) -> TrialResult:
     return TrialResult.from_event(Trial(describe(knobs), knobs), record(step_s))
+
+
+def test_a_pick_confirmed_slower_is_called_slower_not_plainly_confirmed():
+    """A micro-batch kept for memory headroom may be slower than the defaults, beyond
+    noise: its figure is confirmed, and said to be a slowdown."""
+    from tuneup.autotune.search.confirm import _how_measured
+    from tuneup.autotune.search.speedup import Comparison
+
+    pick, default = Knobs(micro_batch_size=8), Knobs()
+    slower = Comparison(pick_step_s=0.12, other_step_s=0.10, log_interval=(-0.25, -0.10),
+                        confidence=0.0)
+    faster = Comparison(pick_step_s=0.08, other_step_s=0.10, log_interval=(0.10, 0.30),
+                        confidence=1.0)
+    runs = {pick: [], default: []}
+    assert _how_measured(runs, slower, pick, default).startswith("confirmed slower: ")
+    assert _how_measured(runs, faster, pick, default).startswith("confirmed: ")

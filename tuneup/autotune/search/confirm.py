@@ -139,8 +139,9 @@ def _how_measured(runs: dict[Knobs, list[TrialResult]], headline: Comparison, pi
     stages = "" if default in runs else " (the defaults' from the stages)"
     how = (f"re-measured in {rounds} interleaved round(s){where}; the ratio of geometric-mean "
            f"speeds over every steady run of both in the search{stages}, 95 % interval")
-    if headline.confirmed:
-        return f"confirmed: {how}"
+    if headline.confirmed:  # a slower pick (kept for memory headroom) is said to be slower
+        slower = headline.log_interval is not None and headline.log_interval[1] < 0
+        return f"confirmed{' slower' if slower else ''}: {how}"
     why = ("too few steady runs for an interval" if headline.log_interval is None
            else "the interval includes 1: no speed-up shown beyond noise")
     return (f"not confirmed: {how}; {why} (tune again when the machine is quieter, or with a "
