@@ -39,7 +39,6 @@ from tuneup.autotune.child_facts import (
 )
 from tuneup.autotune.child_parent import die_with_parent, parent_gone
 from tuneup.autotune.child_timing import DeviceTimer
-from tuneup.autotune.micro_blockers import micro_batch_blocked, watch_plain_form
 from tuneup.autotune.reference import load_own
 from tuneup.autotune.trainer_trial import TrainerTrial
 from tuneup.runtime import apply, distributed, hooks, malloc_thresholds
@@ -122,7 +121,6 @@ class TrialSession(hooks.Observer):
     def loop_created(self, loop: TunedLoop) -> None:
         if spawned.is_spawned_trainer():  # one loop per spawned trainer: refused, one line
             spawned.refuse(self)
-        watch_plain_form(loop)
         self.loops.append(loop)  # all are restored before each trial; the first is driven
         if self.loop is None:
             self.loop = loop
@@ -490,7 +488,7 @@ class TrialSession(hooks.Observer):
             "peak_memory_bytes": (torch.cuda.max_memory_allocated(loop.device)
                                   if loop.device.type == "cuda" else self.peak_rss),
             "micro_batch_size": loop.applied_micro_batch,
-            "micro_batch_blocked": micro_batch_blocked(loop),
+            "micro_batch_blocked": loop.micro_batch_blocker(),
         })
         self.trial_running = False
         self.index += 1

@@ -82,6 +82,7 @@ class TunedLoop:
         self.micro_batch_blocked: str | None = None  # why micro-batching cannot apply here
         self._told: tuple[int | None, str | None] | None = None
         self._norm_layers = _norm_layers(self.eager_model)
+        self._plain_form = False  # whether the script steps through backward(loss)
         self._check_split = False  # compare the next split's gradient with the whole batch's
         self._split_changes: str | None = None  # why that comparison refused the split
 
@@ -143,6 +144,7 @@ class TunedLoop:
                             "loop.train_step(batch, loss_fn), which builds it")
         observers = hooks.current()
         clip_parameters = None if clip_parameters is None else list(clip_parameters)  # reused
+        self._plain_form = True
         self._note_micro_batching(None, _PLAIN_FORM if self.micro_batch_size else None)
         with _NOTHING if observers is hooks.NOBODY else observers.guard(self):
             weight = 1.0 if num_items is None else 1.0 / num_items
@@ -204,6 +206,16 @@ class TunedLoop:
                 return total
             self._optimizer_step(max_grad_norm, observers, clip_parameters)
         return total
+
+    def micro_batch_blocker(self) -> str | None:
+        """Why no micro-batch could apply to this loop as the script drives it, or None: what
+        the loop said when one was set, else the plain form, a closure optimizer, a BatchNorm
+        in training mode (autotune says it on every trial, without trying one)."""
+        if self.micro_batch_blocked is not None:
+            return self.micro_batch_blocked
+        if self.needs_closure:
+            return f"{type(self.optimizer).__name__} steps with a closure"
+        return _PLAIN_FORM if self._plain_form else _batch_statistics(self._norm_layers)
 
     def _falls_back(self, pieces: list[tuple[Any, float]], exc: BaseException) -> bool:
         """After ``loss_fn`` failed on a piece: train whole batches from now on when the
