@@ -12,7 +12,8 @@ import pytest
 
 from tuneup.doctor.readers import read_path
 from tuneup.doctor.rules import diagnose
-from tuneup.doctor.wheel_choice import NvidiaFacts, choose, from_environment, read_nvidia
+from tuneup.doctor.wheel_choice import choose, from_environment
+from tuneup.machine.probe.nvidia_smi import NvidiaFacts
 
 CORPUS = Path(__file__).parents[1] / "data" / "doctor-corpus"
 CPU_INDEX = "https://download.pytorch.org/whl/cpu"
@@ -72,38 +73,6 @@ def test_the_variables_override_the_choice():
     pinned = from_environment({"TUNEUP_TORCH": "2.12.1"}, lambda: h200, "3.12.3")
     assert pinned.pip_args() == ["torch==2.12.1", "--index-url", index("cu130")]
     assert from_environment({}, lambda: None, "3.12.3").pip_args()[-1] == CPU_INDEX
-
-
-def smi(answers: dict[str, list[list[str]] | None]):
-    return lambda fields: answers.get(fields)
-
-
-def test_no_driver_file_and_no_nvidia_smi_is_no_gpu(tmp_path):
-    assert read_nvidia(tmp_path / "absent", smi({})) is None
-
-
-def test_driver_and_gpus_from_the_driver_file_and_nvidia_smi(tmp_path):
-    proc = tmp_path / "version"
-    proc.write_text("NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  Release Build\n")
-    rows = [["580.159.04", "NVIDIA H200", "9.0"], ["580.159.04", "NVIDIA H200", "9.0"]]
-    facts = read_nvidia(proc, smi({"driver_version,name,compute_cap": rows}))
-    assert facts == NvidiaFacts("580.159.04", (("NVIDIA H200", "9.0"), ("NVIDIA H200", "9.0")))
-
-
-def test_an_old_nvidia_smi_without_compute_cap_gives_names(tmp_path):
-    """nvidia-smi before compute_cap fails that query: the names go to the doctor's table."""
-    facts = read_nvidia(tmp_path / "absent",
-                        smi({"driver_version,name": [["470.182.03", "Tesla T4"]]}))
-    assert facts == NvidiaFacts("470.182.03", (("Tesla T4", None),))
-    assert choose(facts, "3.10.12").variant == "cu118"
-
-
-def test_a_driver_whose_nvidia_smi_does_not_answer_is_still_a_gpu_machine(tmp_path):
-    proc = tmp_path / "version"
-    proc.write_text("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.65.06  Release\n")
-    facts = read_nvidia(proc, smi({}))
-    assert facts == NvidiaFacts("580.65.06", ())
-    assert choose(facts, "3.12.3").variant != "cpu"
 
 
 def test_it_runs_without_torch():

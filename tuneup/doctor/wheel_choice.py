@@ -15,35 +15,20 @@ index (no choice made).
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 from tuneup.doctor import knowledge as kb
 from tuneup.doctor.rules.context import Context
 from tuneup.doctor.rules.recommend import find_wheel
-from tuneup.machine.probe.nvidia import parse_proc_driver_version
+from tuneup.machine.probe.nvidia_smi import NvidiaFacts, read_nvidia
 from tuneup.machine.snapshot import GPU, Driver, Platform, Snapshot
 
 DEFAULT_TORCH = "2.13.0"  # the release the project is tested with
 INDEX = "https://download.pytorch.org/whl/{variant}"
 CPU = "cpu"
-PROC_VERSION = Path("/proc/driver/nvidia/version")
-SMI_TIMEOUT_S = 20
 ENV_TORCH, ENV_INDEX = "TUNEUP_TORCH", "TUNEUP_TORCH_INDEX"
-
-SmiRows = list[list[str]]
-
-
-@dataclass(frozen=True)
-class NvidiaFacts:
-    """What set-up needs to know of the NVIDIA driver and GPUs (``None`` = not read)."""
-
-    driver: str | None
-    gpus: tuple[tuple[str | None, str | None], ...]  # (name, compute capability "9.0")
-
 
 @dataclass(frozen=True)
 class WheelChoice:
@@ -57,41 +42,6 @@ class WheelChoice:
     def pip_args(self) -> list[str]:
         return [f"torch=={self.version}", "--index-url",
                 self.index_url or INDEX.format(variant=self.variant)]
-
-
-def nvidia_smi(fields: str) -> SmiRows | None:
-    """``nvidia-smi --query-gpu=fields`` as rows of cells; None when it is absent or fails."""
-    try:
-        done = subprocess.run(["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader"],
-                              capture_output=True, text=True, timeout=SMI_TIMEOUT_S, check=False)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    if done.returncode != 0:
-        return None
-    return [[cell.strip() for cell in line.split(",")] for line in done.stdout.splitlines()
-            if line.strip()]
-
-
-def read_nvidia(proc: Path = PROC_VERSION,
-                smi: Callable[[str], SmiRows | None] = nvidia_smi) -> NvidiaFacts | None:
-    """The driver and GPUs, or None where there is no NVIDIA GPU (no driver file, no
-    ``nvidia-smi`` answering). A ``nvidia-smi`` too old for ``compute_cap`` gives names only:
-    the doctor's GPU table knows their capability."""
-    try:
-        driver = parse_proc_driver_version(proc.read_text(errors="replace"))
-    except OSError:
-        driver = None
-    rows = smi("driver_version,name,compute_cap")
-    if rows is None:
-        rows = [[*row, ""] for row in smi("driver_version,name") or []]
-    if driver is None and not rows:
-        return None
-    gpus = tuple((row[1] or None, _capability(row[2])) for row in rows if len(row) >= 3)
-    return NvidiaFacts(driver or (rows[0][0] if rows else None), gpus)
-
-
-def _capability(cell: str) -> str | None:
-    return cell if kb.cc_tuple(cell) is not None else None
 
 
 def choose(facts: NvidiaFacts | None, python: str | None, wanted: str = DEFAULT_TORCH,
