@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -62,10 +64,14 @@ def alive(processes: list[psutil.Process]) -> list[psutil.Process]:
 
 
 @pytest.fixture
-def tmp(tmp_path: Path) -> Path:
-    folder = tmp_path / "tmp"
+def tmp() -> Iterator[Path]:
+    """The runs' TMPDIR, short: a test's own tmp_path is too long for multiprocessing's
+    sockets under a trial's folder (tuneup/autotune/scratch.py); its parent holds the rest."""
+    base = Path(tempfile.mkdtemp(prefix="tu-", dir="/tmp" if os.path.isdir("/tmp") else None))
+    folder = base / "tmp"
     folder.mkdir()
-    return folder
+    yield folder
+    shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.mark.slow
@@ -294,3 +300,19 @@ def test_a_temp_folder_without_locks_is_kept_by_its_owner_and_never_swept(tmp, m
     finally:
         owned.release()
     assert sweep_stale_workdirs() == []  # dead or not: it cannot be told
+
+
+def test_a_trial_tmpdir_too_long_for_a_unix_socket_is_not_made(tmp_path):
+    """Under a long TMPDIR, multiprocessing's socket under the trial's folder cannot be bound
+    (a DataLoader worker's batch is then lost, and the loop waits forever): the trials keep
+    the user's TMPDIR there."""
+    from tuneup.autotune.scratch import PYMP_SOCKET, UNIX_SOCKET_PATH_MAX, trial_tmpdir
+
+    short = Path(tempfile.mkdtemp(prefix="tu-", dir="/tmp" if os.path.isdir("/tmp") else None))
+    try:
+        assert trial_tmpdir(short) == short / "tmp" and (short / "tmp").is_dir()
+    finally:
+        shutil.rmtree(short)
+    long = tmp_path / ("w" * max(1, UNIX_SOCKET_PATH_MAX - PYMP_SOCKET - len(str(tmp_path))))
+    long.mkdir()
+    assert trial_tmpdir(long) is None and not (long / "tmp").exists()

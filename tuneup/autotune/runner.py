@@ -30,6 +30,7 @@ from tuneup.autotune.leftovers import SNAPSHOT_DIR, WORKDIR_PREFIX, Recovered, s
 from tuneup.autotune.protocol import BUDGET, CRASH, ERROR, HANG, NONFINITE, OOM, SKIPPED
 from tuneup.autotune.put_back import armed
 from tuneup.autotune.ranks import RankEvents, died_silently
+from tuneup.autotune.scratch import trial_tmpdir
 from tuneup.autotune.sentinel import DIE_WITH_PARENT, Sentinel
 from tuneup.autotune.snapshot import FolderSnapshot, named_folders
 from tuneup.autotune.space import ScriptFacts
@@ -398,8 +399,7 @@ class Runner:
         n = self.processes_started
         plan_path, files, next_plan = self._write_plan(trials)
         stderr = self._workdir / f"stderr-{n}.txt"
-        scratch = self._workdir / "tmp"  # the child's TMPDIR: removed with the work directory
-        scratch.mkdir(exist_ok=True)
+        scratch = trial_tmpdir(self._workdir)  # removed with the work directory
         marker = f"{self._run_marker}-{n}-{secrets.token_hex(8)}"
         journal = self._workdir / f"writes-{n}.jsonl"
         if self._snapshot is None:  # before the first trial: what the user's folders hold
@@ -408,8 +408,8 @@ class Runner:
             self._sentinel = Sentinel(self._workdir, f"{self._run_marker}-")
         python_path = [str(SITE_DIR), *filter(None, [os.environ.get("PYTHONPATH")])]
         env = {**os.environ, protocol.ENV_PROBE: str(plan_path),
-               ENV_OBSERVERS: protocol.OBSERVER, "TMPDIR": str(scratch), "TEMP": str(scratch),
-               "TMP": str(scratch), protocol.ENV_MARKER: marker,
+               ENV_OBSERVERS: protocol.OBSERVER, protocol.ENV_MARKER: marker,
+               **(dict.fromkeys(("TMPDIR", "TEMP", "TMP"), str(scratch)) if scratch else {}),
                # what the script writes during trials is journaled and put back
                ENV_JOURNAL: str(journal), "PYTHONPATH": os.pathsep.join(python_path),
                write_guard.ENV_SCRIPT_DIR: str(self.script.resolve().parent),
