@@ -31,7 +31,7 @@ from tuneup.autotune.protocol import BUDGET, CRASH, ERROR, HANG, NONFINITE, OOM,
 from tuneup.autotune.put_back import armed
 from tuneup.autotune.ranks import RankEvents, died_silently
 from tuneup.autotune.scratch import trial_tmpdir
-from tuneup.autotune.sentinel import DIE_WITH_PARENT, Sentinel
+from tuneup.autotune.sentinel import DIE_WITH_PARENT, Sentinel, kill_marked
 from tuneup.autotune.snapshot import FolderSnapshot, named_folders
 from tuneup.autotune.space import ScriptFacts
 from tuneup.autotune.trials import Trial, TrialResult
@@ -167,37 +167,6 @@ def kill_tree(pid: int) -> None:
     for member in members:
         with contextlib.suppress(psutil.Error):
             member.kill()
-
-
-def kill_marked(marker: str, passes: int = 5) -> None:
-    """SIGKILL this user's processes whose environment carries ``marker`` (see
-    :data:`protocol.ENV_MARKER`): a process the script detached with a double fork was
-    reparented out of its tree, where :func:`kill_tree` cannot see it, and one in a session
-    of its own is out of reach once the script has exited. Looked for again while one is
-    found (it may have forked as it was killed). About 25 ms on a machine of 80 processes."""
-    import psutil
-
-    for _ in range(passes):
-        found = [process for process in psutil.process_iter(["uids"]) if _carries(process, marker)]
-        if not found:
-            return
-        for process in found:
-            with contextlib.suppress(psutil.Error):
-                process.kill()
-        psutil.wait_procs(found, timeout=1.0)
-
-
-def _carries(process: psutil.Process, marker: str) -> bool:
-    """Whether ``process`` (of this user, not this one) was started with ``marker``."""
-    import psutil
-
-    uids = process.info.get("uids")
-    if process.pid == os.getpid() or uids is None or uids.real != os.getuid():
-        return False
-    try:
-        return process.environ().get(protocol.ENV_MARKER) == marker
-    except psutil.Error:  # gone, a zombie, or unreadable
-        return False
 
 
 def last_line(text: str) -> str:
