@@ -118,52 +118,42 @@ def test_autocast_clips_in_the_models_order(write_settings):
     assert identical(tuned_run("train_step"), plain_run(amp=torch.bfloat16))
 
 
+def lbfgs_run(tuned: bool, reverse: bool, max_iter: int, named: bool = False
+              ) -> list[torch.Tensor]:
+    """Three LBFGS steps, the plain closure clipping ``model.parameters()``, or the loop
+    (naming them through a generator when ``named``); the optimizer holds the parameters
+    reversed when ``reverse``."""
+    model = TinyGPT()
+    parameters = list(model.parameters())
+    optimizer = torch.optim.LBFGS(parameters[::-1] if reverse else parameters, lr=0.1,
+                                  max_iter=max_iter)
+    loop = tuned_loop(model, optimizer) if tuned else None
+    for batch in batches()[:3]:
+        if loop is not None:
+            named_parameters = {"clip_parameters": model.parameters()} if named else {}
+            loop.train_step(batch, lambda b: loss_of(model, b), max_grad_norm=MAX_NORM,
+                            **named_parameters)
+            continue
+
+        def closure() -> torch.Tensor:
+            optimizer.zero_grad()
+            loss = loss_of(model, batch)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_NORM)
+            return loss
+
+        optimizer.step(closure)
+    return [p.detach().clone() for p in model.parameters()]
+
+
 def test_a_closure_optimizer_clips_in_the_models_order():
     """LBFGS re-evaluates the loss in a closure: clipping happens there, in the same order."""
-    def run(tuned: bool) -> list[torch.Tensor]:
-        model = TinyGPT()
-        optimizer = torch.optim.LBFGS(list(reversed(list(model.parameters()))), lr=0.1,
-                                      max_iter=2)
-        loop = tuned_loop(model, optimizer) if tuned else None
-        for batch in batches()[:3]:
-            if loop is not None:
-                loop.train_step(batch, lambda b: loss_of(model, b), max_grad_norm=MAX_NORM)
-                continue
-
-            def closure() -> torch.Tensor:
-                optimizer.zero_grad()
-                loss = loss_of(model, batch)
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_NORM)
-                return loss
-
-            optimizer.step(closure)
-        return [p.detach().clone() for p in model.parameters()]
-
-    assert identical(run(True), run(False))
+    assert identical(lbfgs_run(True, reverse=True, max_iter=2),
+                     lbfgs_run(False, reverse=True, max_iter=2))
 
 
 def test_parameters_named_by_a_generator_are_clipped_at_every_closure_call():
     """``clip_parameters=model.parameters()`` is a generator: LBFGS calls the closure several
     times a step, and each call clips them all, as the plain closure does."""
-    def run(tuned: bool) -> list[torch.Tensor]:
-        model = TinyGPT()
-        optimizer = torch.optim.LBFGS(model.parameters(), lr=0.1, max_iter=3)
-        loop = tuned_loop(model, optimizer) if tuned else None
-        for batch in batches()[:3]:
-            if loop is not None:
-                loop.train_step(batch, lambda b: loss_of(model, b), max_grad_norm=MAX_NORM,
-                                clip_parameters=model.parameters())
-                continue
-
-            def closure() -> torch.Tensor:
-                optimizer.zero_grad()
-                loss = loss_of(model, batch)
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_NORM)
-                return loss
-
-            optimizer.step(closure)
-        return [p.detach().clone() for p in model.parameters()]
-
-    assert identical(run(True), run(False))
+    assert identical(lbfgs_run(True, reverse=False, max_iter=3, named=True),
+                     lbfgs_run(False, reverse=False, max_iter=3))
