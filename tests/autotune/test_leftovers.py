@@ -237,6 +237,16 @@ KILLED_MID_TRIAL = textwrap.dedent("""
 """)
 
 
+def kill_mid_trial(user: Path, tmp: Path) -> None:
+    """A run whose trial has written in ``user``'s folder, SIGKILLed there."""
+    owner = subprocess.Popen([sys.executable, "-c", KILLED_MID_TRIAL, str(user)],
+                             stdout=subprocess.PIPE, text=True,
+                             env={**os.environ, "TMPDIR": str(tmp)})
+    assert owner.stdout.readline().strip() == "written"
+    owner.kill()
+    owner.wait()
+
+
 def test_after_a_sigkill_the_next_start_puts_files_back_before_it_removes_the_folder(
         tmp, monkeypatch):
     user = tmp.parent / "user"
@@ -244,12 +254,7 @@ def test_after_a_sigkill_the_next_start_puts_files_back_before_it_removes_the_fo
     (user / "ckpt.pt").write_bytes(b"\x00real weights\xff" * 1000)
     (user / "notes.md").write_text("keep me")
     before = {p.name: p.read_bytes() for p in user.iterdir()}
-    owner = subprocess.Popen([sys.executable, "-c", KILLED_MID_TRIAL, str(user)],
-                             stdout=subprocess.PIPE, text=True,
-                             env={**os.environ, "TMPDIR": str(tmp)})
-    assert owner.stdout.readline().strip() == "written"
-    owner.kill()
-    owner.wait()
+    kill_mid_trial(user, tmp)
     assert (user / "ckpt.pt").read_bytes() == b"trial weights"
     monkeypatch.setattr(tempfile, "tempdir", str(tmp))
     assert len(sweep_stale_workdirs()) == 1
@@ -265,12 +270,7 @@ def test_what_changed_after_a_dead_run_ended_is_not_put_back_over(tmp, monkeypat
     user.mkdir()
     (user / "ckpt.pt").write_bytes(b"real weights")
     (user / "notes.md").write_text("keep me")
-    owner = subprocess.Popen([sys.executable, "-c", KILLED_MID_TRIAL, str(user)],
-                             stdout=subprocess.PIPE, text=True,
-                             env={**os.environ, "TMPDIR": str(tmp)})
-    assert owner.stdout.readline().strip() == "written"
-    owner.kill()
-    owner.wait()
+    kill_mid_trial(user, tmp)
     (folder,) = tmp.glob(f"{WORKDIR_PREFIX}*")
     os.utime(folder / "owner.lock", (time.time() - 600, time.time() - 600))  # it died long ago
     monkeypatch.setattr(tempfile, "tempdir", str(tmp))
