@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tuneup.autotune import write_guard
+from tuneup.autotune.put_back import restore
 
 SCRIPT = textwrap.dedent("""
     import os, sys, time
@@ -73,7 +74,7 @@ def test_what_a_trial_writes_is_put_back_as_it_was(setup):
                           capture_output=True, text=True, timeout=120, env=_env(work))
     assert done.returncode == 0, done.stderr
     assert _user_files(user) != before  # the script really changed them
-    changed = write_guard.restore(work / "journal.jsonl")
+    changed = restore(work / "journal.jsonl")
     assert _user_files(user) == before
     assert str(user / "ckpt.pt") in changed and str(user / "best.pt") in changed
     assert not any(str(work) in path for path in changed)
@@ -86,7 +87,7 @@ def test_a_killed_trial_is_put_back_too(setup):
     assert child.stdout.readline().strip() == "written"
     child.send_signal(signal.SIGKILL)
     child.wait(timeout=30)
-    write_guard.restore(work / "journal.jsonl")
+    restore(work / "journal.jsonl")
     assert _user_files(user) == before
 
 
@@ -96,7 +97,7 @@ def test_a_journal_line_cut_by_a_kill_is_ignored(tmp_path):
     kept.write_text("x")
     journal.write_text(json.dumps({"path": str(kept), "copy": None, "existed": False})
                        + "\n" + '{"path": "/etc/pass')
-    assert write_guard.restore(journal) == [str(kept)]
+    assert restore(journal) == [str(kept)]
     assert not kept.exists()
 
 
@@ -183,7 +184,7 @@ def test_removed_and_moved_folders_and_a_forks_writes_are_put_back(tmp_path):
                           capture_output=True, text=True, timeout=120, env=_env(work))
     assert done.returncode == 0, done.stderr
     assert _user_files(user) != before
-    write_guard.restore(work / "journal.jsonl")
+    restore(work / "journal.jsonl")
     assert _user_files(user) == before
 
 
@@ -249,7 +250,7 @@ def test_links_hard_links_modes_and_times_come_back_as_they_were(tmp_path):
                           capture_output=True, text=True, timeout=60, env=_env(work))
     assert done.returncode == 0, done.stderr
     assert _state(user) != before
-    changed = write_guard.restore(work / "journal.jsonl")
+    changed = restore(work / "journal.jsonl")
     assert _state(user) == before
     assert (user / "dvc-cache" / "ab12").read_bytes() == b"original data"
     assert str(user / "latest") in changed and str(user / "secret.key") in changed
@@ -303,7 +304,7 @@ def test_writers_the_audit_hook_does_not_see_are_put_back(tmp_path):
                           capture_output=True, text=True, timeout=120, env=_env(work))
     assert done.returncode == 0, done.stderr
     assert _state(user) != before
-    write_guard.restore(work / "journal.jsonl")
+    restore(work / "journal.jsonl")
     assert _state(user) == before
 
 
@@ -330,7 +331,7 @@ def test_a_project_that_is_its_own_virtualenv_is_guarded(tmp_path):
                           capture_output=True, text=True, timeout=60,
                           env={**_env(work), "PYTHONPATH": source})
     assert done.returncode == 0, done.stderr
-    write_guard.restore(work / "journal.jsonl")
+    restore(work / "journal.jsonl")
     assert (project / "ckpt.pt").read_bytes() == b"real"
 
 
@@ -458,7 +459,7 @@ def test_a_path_that_cannot_be_put_back_is_named_not_claimed(tmp_path, monkeypat
 
     monkeypatch.setattr(put_back, "copy_atomic", unwritable)
     left: list[str] = []
-    assert write_guard.restore(journal, None, left) == [] and left == [str(kept)]
+    assert restore(journal, None, left) == [] and left == [str(kept)]
 
 
 def test_a_trial_killed_by_the_watchdog_still_counts_as_guarded(fake_script):
@@ -500,7 +501,7 @@ def test_root_tuning_another_users_script_gives_her_files_back_to_her(tmp_path):
     done = subprocess.run([sys.executable, str(script), str(user), str(work)],
                           capture_output=True, text=True, timeout=60, env=_env(work))
     assert done.returncode == 0, done.stderr
-    write_guard.restore(work / "journal.jsonl")
+    restore(work / "journal.jsonl")
     assert _state(user) == before
     assert {p.stat().st_uid for p in user.rglob("*")} == {4321}
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tuneup import owned_dirs
-from tuneup.autotune import write_guard
+from tuneup.autotune.put_back import restore
 from tuneup.autotune.snapshot import FolderSnapshot
 
 WORKDIR_PREFIX = "tuneup-autotune-"  # + mkdtemp's part; swept once their lock is free
@@ -47,7 +47,7 @@ def replay_workdir(folder: Path, recovered: Recovered) -> None:
         until = None
     journals = sorted(folder.glob("writes-*.jsonl"), key=_process_number, reverse=True)
     for journal in journals:
-        recovered.put_back.extend(write_guard.restore(journal, until, recovered.left))
+        recovered.put_back.extend(restore(journal, until, recovered.left))
     snapshot = FolderSnapshot.load(folder / SNAPSHOT_DIR)
     if snapshot is not None:
         compared = snapshot.compare_and_put_back(until=until)

@@ -28,7 +28,7 @@ from tuneup import owned_dirs
 from tuneup.autotune import protocol, write_guard
 from tuneup.autotune.leftovers import SNAPSHOT_DIR, WORKDIR_PREFIX, Recovered, sweep_stale_workdirs
 from tuneup.autotune.protocol import BUDGET, CRASH, ERROR, HANG, NONFINITE, OOM, SKIPPED
-from tuneup.autotune.put_back import armed
+from tuneup.autotune.put_back import armed, restore
 from tuneup.autotune.ranks import RankEvents, died_silently
 from tuneup.autotune.scratch import trial_tmpdir
 from tuneup.autotune.sentinel import DIE_WITH_PARENT, Sentinel, kill_marked
@@ -127,7 +127,7 @@ class _Process:
         self.popen.wait()
         kill_marked(self.marker)
         self.guarded = self.guarded and armed(self.journal)  # the guard made it at start
-        self.put_back.extend(write_guard.restore(self.journal, None, self.not_put_back))
+        self.put_back.extend(restore(self.journal, None, self.not_put_back))
         if self.snapshot is not None:  # what the journal did not see, compared
             compared = self.snapshot.compare_and_put_back(since=self.started_wall - 1.0)
             self.put_back.extend(compared.put_back)

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from tuneup.after_import import after_import
-from tuneup.autotune.put_back import metadata, restore  # noqa: F401 - restore: the runner's entry
+from tuneup.autotune.put_back import metadata
 from tuneup.site import ENV_JOURNAL
 
 WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
