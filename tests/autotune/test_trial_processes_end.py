@@ -50,7 +50,7 @@ def running(pids: list[int]) -> list[int]:
 def test_processes_the_script_detaches_end_with_its_trial_process(fake_script, tmp_path,
                                                                  monkeypatch):
     # the pids file is a file the script writes: the write guard would put it back (remove it)
-    monkeypatch.setattr("tuneup.autotune.write_guard.restore", lambda journal, *_: [])
+    monkeypatch.setattr("tuneup.autotune.runner.restore", lambda journal, *_: [])
     monkeypatch.setattr("tuneup.autotune.snapshot.FolderSnapshot.compare_and_put_back",
                         lambda self, **_: snapshot.Comparison())  # nor the folder compare
     pids = tmp_path / "detached.pids"
