@@ -93,9 +93,12 @@ def _right(case: str, with_symptom: bool) -> tuple[bool, bool]:
     return right, bool(errors - set(expect))
 
 
-def test_the_report_alone_is_right_on_nine_in_ten_and_claims_few_false_errors() -> None:
-    """Many pastes stop before the error; the report alone must still carry the diagnosis."""
+def test_the_report_alone_is_right_on_97_percent_and_claims_few_false_errors() -> None:
+    """Many pastes stop before the error; the report alone must still carry the diagnosis
+    (issue 39: 92/102, then 95/102; 99/102 once an NGC container's NCCL, an interpreter older
+    than its Python's first torch wheels and a ROCm build's gfx list are read; the other three
+    reports hold no deciding fact)."""
     scored = [case for case in CASES if case not in OTHER]
     results = [_right(case, with_symptom=False) for case in scored]
-    assert sum(right for right, _ in results) >= 0.9 * len(scored)
+    assert sum(right for right, _ in results) >= 0.97 * len(scored)
     assert sum(false for _, false in results) <= 0.03 * len(scored)

@@ -157,3 +157,17 @@ def test_nccl_and_cudnn_versions_next_to_their_names():
     assert error.torch.nccl == "2.19.3"
     prose = read_report("CUDA 12.1, cuDNN 8.9.2, driver 535.104.05\n")
     assert prose.cudnn_versions == ["8.9.2"] and prose.driver.version == "535.104.05"
+
+
+@pytest.mark.parametrize(("line", "built"), [
+    ("Python version: 3.12.0 | packaged by conda-forge | (main, Oct  3 2023, 08:43:22) "
+     "[GCC 12.3.0] (64-bit runtime)", "3.12.0 2023-10-03"),
+    ("Python 3.11.2 (tags/v3.11.2:878ead1, Feb  7 2023, 16:38:35) [MSC v.1934 64 bit (AMD64)] "
+     "on win32", "3.11.2 2023-02-07"),
+])
+def test_an_interpreter_banner_gives_its_build_date(line, built):
+    """sys.version carries the day the interpreter was built; noted where torch is missing,
+    the one case the Python rule dates the interpreter (TU706)."""
+    from tuneup.doctor.readers.facts import noted_value
+    assert noted_value(read_report(f"PyTorch version: N/A\n{line}\n"), "python.built") == built
+    assert noted_value(read_report(f"PyTorch version: 2.1.0\n{line}\n"), "python.built") is None

@@ -102,3 +102,41 @@ def test_a_cuda_build_on_windows_is_told_distributed_needs_gloo():
     assert found.get("TU410") == "info"
     linux = text.replace("Microsoft Windows 10 Home", "Ubuntu 22.04.4 LTS (x86_64)")
     assert "TU410" not in {f.code for f in diagnose(read_report(linux)).findings}
+
+
+def _two_5090s(version: str, **extra) -> object:
+    torch = {"version": version, "build": "cuda", "cuda": "12.8", "cuda_available": True}
+    return machine(torch, "570.124.06", ["NVIDIA GeForce RTX 5090"] * 2, **extra)
+
+
+def test_ngc_container_nccl_too_old_for_two_consumer_blackwell_gpus() -> None:
+    """NGC 25.02 ships NCCL 2.25.1, whose collectives fail between RTX 5090s (NVIDIA/nccl#1637)."""
+    found = only(run(_two_5090s("2.7.0a0+ecf3bae40a.nv25.02")), "TU411")
+    assert found.severity == "warning" and found.category == "nccl-problem"
+    assert "NCCL 2.25.1" in found.message and "container 25.02" in found.message
+    assert "2.26.2" in found.fix
+
+
+def test_ncclmaxsharedmem_in_the_log_makes_it_an_error() -> None:
+    snapshot = _two_5090s("2.7.0a0+ecf3bae40a.nv25.2",  # pip's normalised form of .nv25.02
+                          messages=["NCCL INFO ncclMaxSharedMem 82240 exceeds device/fn "
+                                    "maxSharedMem 79856"])
+    assert only(run(snapshot), "TU411").severity == "error"
+
+
+def test_the_nccl_wheel_decides_for_a_pip_torch() -> None:
+    old = _two_5090s("2.7.0+cu128", pip_packages={"nvidia-nccl-cu12": "2.25.1"})
+    assert "installed nvidia-nccl-cu12==2.25.1" in only(run(old), "TU411").message
+    new = _two_5090s("2.7.0+cu128", pip_packages={"nvidia-nccl-cu12": "2.26.2"})
+    assert "TU411" not in codes(run(new))
+
+
+def test_a_release_that_pins_a_fixed_nccl_is_fine() -> None:
+    assert "TU411" not in codes(run(_two_5090s("2.7.1+cu128")))  # pins nvidia-nccl-cu12 2.26.2
+
+
+def test_one_consumer_blackwell_gpu_or_other_gpus_need_no_collective() -> None:
+    torch = {"version": "2.7.0a0+ecf3bae40a.nv25.02", "build": "cuda", "cuda": "12.8"}
+    one = machine(torch, "570.124.06", ["NVIDIA GeForce RTX 5090"])
+    ada = machine(torch, "570.124.06", ["NVIDIA GeForce RTX 4090"] * 2)
+    assert "TU411" not in codes(run(one)) | codes(run(ada))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from doctor_helpers import categories, cuda_torch, machine, only, run
+from doctor_helpers import categories, codes, cuda_torch, machine, only, run
 
 from tuneup.doctor import knowledge as kb
 
@@ -45,3 +45,18 @@ def test_windows_amd_fix_names_linux() -> None:
         cuda_torch("2.4.1+cu121"), None, ["AMD Radeon RX 7900 XTX"], os="Microsoft Windows 11"
     )
     assert "Linux" in only(run(snapshot), "TU601").fix
+
+
+def test_rocm_build_without_a_named_gpu_says_which_targets_it_ships() -> None:
+    """Only a pip list: the wheel line's gfx list and how to read the GPU's target, no claim."""
+    snapshot = machine({"version": "2.10.0.dev20250929+rocm7.0"}, None, None)
+    found = only(run(snapshot), "TU608")
+    assert found.severity == "info" and found.category == "rocm-build"
+    assert "rocm7.0 wheels of torch 2.10" in found.message and "gfx1100" in found.message
+    assert "rocminfo | grep gfx" in found.fix and "HSA_OVERRIDE_GFX_VERSION" in found.fix
+
+
+def test_rocm_build_with_a_known_target_or_on_nvidia_needs_no_note() -> None:
+    amd = machine({"version": "2.5.1+rocm6.2"}, None, ["AMD Radeon RX 7900 XTX"])
+    nvidia = machine({"version": "2.5.1+rocm6.2"}, "550.54.14", None)
+    assert "TU608" not in codes(run(amd)) | codes(run(nvidia))

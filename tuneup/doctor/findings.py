@@ -105,6 +105,7 @@ _CODES = [
     Code("TU408", "nccl-problem", "nccl", "NCCL reported an unhandled system error"),
     Code("TU409", "nccl-problem", "nccl", "a pasted error from NCCL or torch.distributed"),
     Code("TU410", "nccl-problem", "nccl", "torch on Windows has no NCCL: distributed needs gloo"),
+    Code("TU411", "nccl-problem", "nccl", "an NCCL too old for collectives between CC 12.0 GPUs"),
     Code("TU420", "rendezvous-failed", "nccl", "local ranks could not rendezvous"),
     Code(
         "TU421",
@@ -158,6 +159,7 @@ _CODES = [
     ),
     Code("TU606", "rocm-build", "rocm", "a pasted HIP error says the ROCm build lacks the GPU's target"),
     Code("TU607", "rocm-build", "rocm", "HSA_OVERRIDE_GFX_VERSION names another GPU generation"),
+    Code("TU608", "rocm-build", "rocm", "a ROCm build whose GPU's gfx target the input does not give"),
     Code(
         "TU701", "python-unsupported", "python", "no PyTorch wheel of this release for this Python"
     ),
@@ -171,6 +173,8 @@ _CODES = [
         "TU703", "python-unsupported", "python", "a Python other than CPython (PyPy, GraalPy...)"
     ),
     Code("TU705", "python-unsupported", "python", "a 32-bit Python (PyTorch has no 32-bit wheels)"),
+    Code("TU706", "python-unsupported", "python",
+         "torch is missing and this Python predates every torch release with wheels for it"),
     Code("TU704", "python-unsupported", "python", "a pasted installer error says no torch wheel fits this Python or platform"),
     Code("TU801", "pcie-link", "performance", "a GPU's PCIe link runs below its maximum width"),
     Code(

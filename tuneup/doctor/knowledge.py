@@ -479,3 +479,14 @@ def install_fix_text(version: str, variant_name: str) -> str:
     """What a finding's fix says: the pip command, then the uv one (:data:`INSTALL_FIX` reads
     both back for the JSON report)."""
     return f"{install_command(version, variant_name)} (uv: {uv_command(version, variant_name)})"
+
+
+@cache
+def _release_dates() -> dict[str, tuple[str, bool]]:
+    return {r["release"]: (r["date"], r["status"] == VERIFIED)
+            for r in _read("torch_release_dates.csv")}
+
+
+def release_date(release: str) -> tuple[str, bool] | None:
+    """(ISO date the ``X.Y.0`` release came out, verified) from ``torch_release_dates.csv``."""
+    return _release_dates().get(release)

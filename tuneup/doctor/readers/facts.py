@@ -86,6 +86,12 @@ _OS = re.compile(
     r"|Debian(?: GNU/Linux)?\s\d+|Fedora\s\d+|Arch Linux"
     r"|macOS(?:\s\d+(?:\.\d+)*)?|Mac\s1\d(?:\.\d+)+"
     r"|WSL2?)\b", re.IGNORECASE)
+# An interpreter banner (sys.version, which collect_env's "Python version" prints) carries its
+# build date: "3.12.0 | packaged by conda-forge | (main, Oct  3 2023, 08:43:22) [GCC 12.3.0]".
+_PYTHON_BUILT = re.compile(
+    r"\b(3\.\d{1,2}\.\d+)\b[^\n]{0,80}?\([^(),\n]{0,60},\s*"
+    r"(Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)\s+(\d{1,2})\s+(\d{4}),\s*\d{1,2}:\d\d:\d\d\)")
+_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
 _NCCL = re.compile(r"\bNCCL(?:\s+version)?\s*[:=]?\s*v?(2\.\d+\.\d+)\b", re.IGNORECASE)
 _CUDNN = re.compile(r"\bcuDNN(?:\s+version)?\s*(?:is\s+|[:=]\s*)?v?(\d{1,2}\.\d+(?:\.\d+)*)\b",
                     re.IGNORECASE)
@@ -275,6 +281,11 @@ def _named_facts(line: str) -> list[Fact]:
     python = _PYTHON.search(line)
     if python and "wheels" not in line.lower():  # "only has wheels for cp38": not the interpreter
         facts.append(Fact("python", python.group(1) or f"3.{python.group(2)}", line))
+    built = _PYTHON_BUILT.search(line)
+    if built:  # "3.12.0 2023-10-03": the interpreter and the day it was built
+        month = _MONTHS.index(built.group(2)) + 1
+        facts.append(Fact("python.built", f"{built.group(1)} {built.group(4)}-{month:02d}-"
+                          f"{int(built.group(3)):02d}", line))
     upgraded = _DRIVER_CHANGE.search(line)
     driver = _DRIVER.search(line) if upgraded is None else None
     if upgraded:
@@ -521,6 +532,12 @@ def _set_cudnn(snap: Snapshot, fact: Fact, values: list[str]) -> bool:
     return True
 
 
+def _set_python_built(snap: Snapshot, fact: Fact, values: list[str]) -> bool:
+    """Noted only where torch is missing: the Python rule then dates the interpreter against
+    the first torch release with wheels for it (elsewhere the date says nothing)."""
+    return len(values) == 1 and (snap.torch.importable is False or snap.torch.installed is False)
+
+
 def _set_nothing(snap: Snapshot, fact: Fact, values: list[str]) -> bool:
     return True  # known and quoted (an install command asks for an index), not a build fact
 
@@ -547,6 +564,7 @@ _SETTERS = {
     "nccl": _set_nccl,
     "cudnn": _set_cudnn,
     "install.index": _set_nothing,
+    "python.built": _set_python_built,
     "install.torch": _set_nothing,
     "machine.gpu": _set_nothing,
     "mig.devices": _set_nothing,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 
-from tuneup.doctor import messages
+from tuneup.doctor import messages, ngc
 from tuneup.doctor.findings import ERROR, INFO, WARNING
 from tuneup.doctor.rules.context import Context
 from tuneup.machine import versions
@@ -22,11 +22,20 @@ TRANSPORT_SWITCHES = {
 WHEEL_BUILT_WITH = {11: (11, 0)}
 GRAPH_CAPTURE_FROM = (11, 3)
 
+# Consumer Blackwell (CC 12.0: RTX 50xx, RTX PRO Blackwell): NCCL 2.25.1, the first with
+# Blackwell kernels, needs more shared memory per block than these GPUs give ("ncclMaxSharedMem
+# 82240 exceeds device/fn maxSharedMem 79856"), so collectives between two of them fail; the
+# NCCL maintainers: "no chance to get things to work with 2.25.1", fixed in 2.26.2, confirmed on
+# RTX 5090s (https://github.com/NVIDIA/nccl/issues/1637, NVIDIA/nccl-tests#287 and #291).
+SM120_CC = "12.0"
+SM120_MULTI_GPU_NCCL = "2.26.2"
+
 
 def check(ctx: Context) -> None:
     _windows(ctx)
     _wheels(ctx)
     _wheel_fit(ctx)
+    _consumer_blackwell(ctx)
     _graph_capture(ctx)
     _symbols(ctx)
     _system_error(ctx)
@@ -177,3 +186,55 @@ def _switches(ctx: Context) -> None:
                 f"{name}={value}: {effect}, which costs bandwidth.",
                 f"unset {name} unless it works around a known hang on this machine",
             )
+
+
+def _nccl_in_use(ctx: Context) -> tuple[str, str, bool] | None:
+    """(NCCL version, where it was learned, whether that is a stated fact) of this torch."""
+    build = ctx.build
+    if ctx.snap.torch.nccl:
+        return ctx.snap.torch.nccl, "the NCCL version the input states", True
+    wheel = ctx.cuda_wheels("nccl").get(build.cuda_major) if build.cuda_major else None
+    if wheel is not None:
+        return wheel[1], f"the installed {wheel[0]}=={wheel[1]}", True
+    container = ngc.container(build.version)
+    if container is not None and container.nccl:
+        doubt = "" if container.verified else ", an UNVERIFIED table row"
+        return container.nccl, f"NGC PyTorch container {container.tag} ships it{doubt}", False
+    if build.kind == "cuda" and build.version and build.variant and not ngc.container_tag(
+            build.version):
+        row = ctx.variant_row(build.version, build.variant)
+        if row is not None and row.nccl:
+            nearest = " (the nearest release of this build)" if not build.is_published_wheel else ""
+            return row.nccl, f"torch {row.release} {row.name} pins it{nearest}", False
+    return None
+
+
+def _consumer_blackwell(ctx: Context) -> None:
+    """TU411: an NCCL older than the first that runs collectives between CC 12.0 GPUs."""
+    gpus = [g for g in ctx.nvidia_gpus if g.cc == SM120_CC]
+    if len(gpus) < 2 or ctx.build.kind not in ("cuda", None):
+        return
+    found = _nccl_in_use(ctx)
+    if found is None:
+        ctx.skip(AREA, f"which NCCL runs the {len(gpus)} CC {SM120_CC} GPUs (not in the report)")
+        return
+    version, basis, stated = found
+    if (versions.release(version) or ()) >= (versions.release(SM120_MULTI_GPU_NCCL) or ()):
+        ctx.ok(AREA, f"NCCL {version} runs collectives on CC {SM120_CC} GPUs ({basis})")
+        return
+    said = messages.says(ctx.all_messages, "nccl-max-shared-mem")
+    names = ", ".join(dict.fromkeys(g.name for g in gpus))
+    ctx.add(
+        "TU411",
+        ERROR if said else WARNING,
+        f"NCCL {version} ({basis}) cannot run collectives between the {len(gpus)} CC "
+        f"{SM120_CC} GPUs ({names}): its kernels need more shared memory than these GPUs give "
+        "(NCCL logs 'ncclMaxSharedMem ... exceeds device/fn maxSharedMem'), so multi-GPU "
+        f"runs (DDP, tensor parallel) fail or hang while one GPU works; NCCL "
+        f"{SM120_MULTI_GPU_NCCL} fixed it" + ("." if stated or said else
+                                             "; NCCL_DEBUG=INFO prints the NCCL in use."),
+        f"use NCCL >= {SM120_MULTI_GPU_NCCL}: a newer NGC container or torch build that ships "
+        f"it, or pip install 'nvidia-nccl-cu12>={SM120_MULTI_GPU_NCCL}' (a pip torch loads that "
+        "wheel's libnccl; in a container, put its lib folder first with LD_PRELOAD="
+        ".../nvidia/nccl/lib/libnccl.so.2)",
+    )

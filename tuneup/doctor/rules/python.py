@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from tuneup.doctor import knowledge as kb
 from tuneup.doctor.findings import ERROR, WARNING
+from tuneup.doctor.readers.facts import noted_value
 from tuneup.doctor.rules.context import Context
 from tuneup.machine import versions
 
@@ -93,6 +94,7 @@ def _any_release(ctx: Context, python: str) -> None:
         ctx.ok(
             AREA, f"Python {python} has torch wheels ({fitting[0].release}-{fitting[-1].release})"
         )
+        _predates_wheels(ctx, python, fitting)
         return
     newest = kb.releases()[-1]
     ctx.add(
@@ -101,4 +103,38 @@ def _any_release(ctx: Context, python: str) -> None:
         f"no PyTorch release in tuneup's tables publishes wheels for Python {python} "
         f"(newest: torch {newest.release} for {newest.python_min}-{newest.python_max}).",
         f"use Python {newest.python_max} (e.g. uv venv --python {newest.python_max}) or a nightly build",
+    )
+
+
+def _predates_wheels(ctx: Context, python: str, fitting: list[kb.Release]) -> None:
+    """TU706: torch is missing and the interpreter's banner dates it before the first torch
+    release with wheels for its Python on this OS. Then, when it was set up, no torch installed
+    on it, and a torch older than that first release (what projects of its time pin) still does
+    not; a warning, since a later install of a newer torch would work."""
+    torch = ctx.snap.torch
+    if torch.importable is not False and torch.installed is not False:
+        return
+    built = (noted_value(ctx.snap, "python.built") or "").split()
+    if len(built) != 2 or built[0] != python:
+        return
+    first = fitting[0]
+    dated = kb.release_date(first.release)
+    if dated is None or built[1] >= dated[0]:
+        return
+    earlier = [r for r in kb.releases()
+               if versions.major_minor(r.release) < versions.major_minor(first.release)]
+    mm = versions.major_minor_text(python)
+    where = f" on {ctx.os_family}" if ctx.os_family else ""
+    older = earlier[-1].python_max_on(ctx.os_family) if earlier else None
+    ctx.add(
+        "TU706",
+        WARNING,
+        f"torch is not importable, and this Python {python} was built on {built[1]}, before "
+        f"torch {first.release} ({dated[0]}), the first release with Python {mm} wheels{where}: "
+        f"no torch older than {first.release} installs on it (pip: 'from versions: none', or only "
+        "newer versions than a project pins). If the install failed, that is the likely cause.",
+        f"pip install 'torch>={first.release}' (torch {first.release}-{fitting[-1].release} have "
+        f"Python {mm} wheels{where})"
+        + (f", or for a project pinning an older torch create the environment with Python "
+           f"{older} (uv venv --python {older})" if older else ""),
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tuneup.doctor import knowledge as kb
 from tuneup.doctor import messages, rocm_tables
-from tuneup.doctor.findings import ERROR, WARNING
+from tuneup.doctor.findings import ERROR, INFO, WARNING
 from tuneup.doctor.rules.context import Context, GpuFact
 from tuneup.doctor.rules.recommend import find_wheel, install_fix
 from tuneup.machine import versions
@@ -87,6 +87,8 @@ def _rocm_fix(ctx: Context) -> str:
 def _gfx_targets(ctx: Context) -> None:
     """TU605: a ROCm build on an AMD GPU whose gfx target its wheel line ships no kernels for."""
     build = ctx.build
+    if build.kind == "rocm" and not ctx.gpus and not ctx.nvidia_present:
+        _target_unknown(ctx, "the input names no GPU")
     if build.kind != "rocm" or not ctx.amd_gpus:
         return
     found = _rocm_line(ctx)
@@ -104,6 +106,7 @@ def _gfx_targets(ctx: Context) -> None:
                 f"the gfx target of {gpu.name} is unknown (the report names none and no "
                 "amd_gpus.csv row matches), so the ROCm wheel's target list was not checked",
             )
+            _target_unknown(ctx, f"the input gives no gfx target for {gpu.name}")
             continue
         target = override or gfx
         shipped = line.ships(target)
@@ -289,3 +292,37 @@ def _override_of_another_generation(ctx: Context) -> None:
 def _generation(gfx: str) -> str:
     """``gfx1030`` -> ``10``, ``gfx90a`` -> ``9``: the digits before the last two characters."""
     return gfx[3:-2]
+
+
+# ---------------------------------------------------------------- TU608: the GPU's target unknown
+
+
+def _target_unknown(ctx: Context, why: str) -> None:
+    """TU608 (info): a ROCm wheel ships kernels for a short list of gfx targets, and a card
+    outside it (most consumer Radeons and APUs at some point) fails at its first kernel; with
+    the GPU's target unknown, say the list and how to read the target, claim nothing."""
+    build = ctx.build
+    label = versions.local(build.version)
+    release = build.release.release if build.release else None
+    hip = None if build.requested else ctx.snap.torch.hip
+    line = (rocm_tables.rocm_targets(label, release) if label.startswith("rocm")
+            else rocm_tables.of_rocm(hip) if hip else None)
+    if line is None:
+        ships = "its wheel line's gfx list is not in tuneup's tables"
+    else:
+        wheels = f"the {line.variant} wheels" + (
+            f" of torch {' / '.join(line.releases)}" if line.releases else "")
+        doubt = "" if line.verified else " (an UNVERIFIED table row)"
+        nearest = ", the nearest release of this build" if not build.is_published_wheel else ""
+        ships = f"{wheels}{nearest} ship kernels for {' '.join(line.targets)} only{doubt}"
+    ctx.add(
+        "TU608",
+        INFO,
+        f"{build.label} is a ROCm build, but {why}, so whether it has kernels for the GPU was not "
+        f"checked: {ships}. A GPU whose target is not listed fails with 'HIP error: invalid "
+        "device function' (hipErrorNoBinaryForGpu).",
+        "read the GPU's target with rocminfo | grep gfx (or torch.cuda.get_device_properties(0)"
+        ".gcnArchName); if it is not listed, install a wheel line that ships it, or run the "
+        "kernels of a listed target of the same generation with HSA_OVERRIDE_GFX_VERSION "
+        "(e.g. 11.0.0 for gfx1100 on other gfx11 GPUs, 10.3.0 for gfx1030 on other RDNA2 GPUs)",
+    )
