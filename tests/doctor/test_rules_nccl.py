@@ -140,3 +140,9 @@ def test_one_consumer_blackwell_gpu_or_other_gpus_need_no_collective() -> None:
     one = machine(torch, "570.124.06", ["NVIDIA GeForce RTX 5090"])
     ada = machine(torch, "570.124.06", ["NVIDIA GeForce RTX 4090"] * 2)
     assert "TU411" not in codes(run(one)) | codes(run(ada))
+
+
+def test_windows_has_no_nccl_to_judge() -> None:
+    snapshot = _two_5090s("2.7.0+cu128", pip_packages={"nvidia-nccl-cu12": "2.25.1"})
+    snapshot.platform.os = "Microsoft Windows 11 Pro"
+    assert "TU411" not in codes(run(snapshot))

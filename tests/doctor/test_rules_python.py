@@ -63,7 +63,7 @@ def test_python_built_before_its_first_torch_wheels_warns() -> None:
                                      "08:43:22) [GCC 12.3.0]"))
     found = only(diagnosis, "TU706")
     assert found.severity == "warning" and diagnosis.errors == 0
-    assert "torch 2.2 (2024-01-30)" in found.message
+    assert "torch 2.2 (2024-01-30" in found.message
     assert "pip install 'torch>=2.2'" in found.fix and "Python 3.11" in found.fix
 
 
@@ -71,7 +71,7 @@ def test_the_first_wheels_are_per_os() -> None:
     """1.13 had cp311 wheels on Linux only: a Feb 2023 3.11 is late on Linux, early on Windows."""
     banner = "3.11.2 (tags/v3.11.2:878ead1, Feb  7 2023, 16:38:35) [MSC v.1934 64 bit (AMD64)]"
     windows = only(_read(_missing_torch(banner, "Microsoft Windows 11 Pro")), "TU706")
-    assert "torch 2.0 (2023-03-15)" in windows.message and "Python 3.10" in windows.fix
+    assert "torch 2.0 (2023-03-15" in windows.message and "Python 3.10" in windows.fix
     assert "TU706" not in codes(_read(_missing_torch(banner)))
 
 

@@ -212,7 +212,7 @@ def _nccl_in_use(ctx: Context) -> tuple[str, str, bool] | None:
 def _consumer_blackwell(ctx: Context) -> None:
     """TU411: an NCCL older than the first that runs collectives between CC 12.0 GPUs."""
     gpus = [g for g in ctx.nvidia_gpus if g.cc == SM120_CC]
-    if len(gpus) < 2 or ctx.build.kind not in ("cuda", None):
+    if len(gpus) < 2 or ctx.build.kind not in ("cuda", None) or ctx.os_family == "windows":
         return
     found = _nccl_in_use(ctx)
     if found is None:

@@ -130,7 +130,8 @@ def _predates_wheels(ctx: Context, python: str, fitting: list[kb.Release]) -> No
         "TU706",
         WARNING,
         f"torch is not importable, and this Python {python} was built on {built[1]}, before "
-        f"torch {first.release} ({dated[0]}), the first release with Python {mm} wheels{where}: "
+        f"torch {first.release} ({dated[0]}{'' if dated[1] else ', an UNVERIFIED date'}), the "
+        f"first release with Python {mm} wheels{where}: "
         f"no torch older than {first.release} installs on it (pip: 'from versions: none', or only "
         "newer versions than a project pins). If the install failed, that is the likely cause.",
         f"pip install 'torch>={first.release}' (torch {first.release}-{fitting[-1].release} have "
