@@ -2,7 +2,8 @@
 (``2.7.0a0+ecf3bae40a.nv25.02``) names the container it was built for, and that container's
 release notes list the CUDA, cuDNN and NCCL it ships, none of which the version string says.
 Read from ``data/ngc_pytorch.csv`` (one source per row), as :mod:`tuneup.doctor.knowledge`
-reads the wheel tables."""
+reads the wheel tables. Only the NCCL is used (TU411): JetPack wheels carry the same tag but are
+built with the Jetson's CUDA, so the tag alone does not give a build's CUDA."""
 
 from __future__ import annotations
 
