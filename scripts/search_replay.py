@@ -35,7 +35,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tuneup.autotune import protocol
@@ -349,15 +349,20 @@ def replay(land: Landscape, budget: float, seed: int = 0,
                     executor.clock)
 
 
-BEST: dict[tuple[int, int], float] = {}
+BEST: dict[tuple[int, int], Knobs] = {}
+
+
+def best_point(land: Landscape, expected_steps: int) -> Knobs:
+    """The landscape's best point (compile's cost spread), once per landscape."""
+    key = (id(land), expected_steps)
+    if key not in BEST:
+        BEST[key] = min(land.grid(), key=lambda k: land.value(k, expected_steps))
+    return BEST[key]
 
 
 def best_value(land: Landscape, expected_steps: int) -> float:
-    """The landscape's best step time (compile's cost spread), once per landscape."""
-    key = (id(land), expected_steps)
-    if key not in BEST:
-        BEST[key] = min(land.value(k, expected_steps) for k in land.grid())
-    return BEST[key]
+    """The landscape's best step time (compile's cost spread)."""
+    return land.value(best_point(land, expected_steps), expected_steps)
 
 
 def worst_share(values: list[float], share: float = 0.05) -> float:
@@ -399,8 +404,7 @@ def main(argv: list[str] | None = None) -> int:
     print(table(results))
     if args.show:
         for r in sorted(results, key=lambda r: r.ratio):
-            best = min(r.land.grid(), key=lambda k: r.land.value(k, 5000)) if args.trace \
-                else r.pick
+            best = best_point(r.land, Options().expected_steps)
             print(f"{r.land.name:>14} {r.budget:>4.0f} s {r.ratio:.3f} {describe(r.pick):<40} "
                   f"best: {describe(best)}")
     print(f"{len(results)} replays in {time.perf_counter() - started:.0f} s")

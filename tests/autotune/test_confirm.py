@@ -372,9 +372,8 @@ def test_a_tight_budget_rechecks_compile_beside_its_eager_side_instead_of_the_de
     tuner.on_stage = on_stage
     outcome = tuner.run()
     assert [c.stage for c in tuner.changes] == ["loader", "compile"]
-    assert sorted(recorded.plans[-1]) == ["workers=1 #15", "workers=1 #16",
-                                          "workers=1,compile=default #8",
-                                          "workers=1,compile=default #9"]
+    assert sorted(label.split(" #")[0] for label in recorded.plans[-1]) == [
+        "workers=1", "workers=1", "workers=1,compile=default", "workers=1,compile=default"]
     assert any(n.startswith("confirm: PyTorch defaults not re-run (the stages beat them beyond "
                             "noise") for n in outcome.notes)
     assert any(n.startswith("confirm: workers=1,compile=default stays: faster over its stage's")

@@ -433,12 +433,28 @@ def test_cuda_run_tries_its_own_knobs_and_never_threads():
     tuner, recorded = search(host_bound, facts=CUDA, budget=600)
     outcome = tuner.run()
     tried = {k for t in recorded.ran for k, v in t.knobs.to_dict().items() if v is not None}
-    assert {"amp_dtype", "float32_matmul_precision", "cudnn_benchmark", "compile_mode"} <= tried
+    assert {"amp_dtype", "cudnn_benchmark", "compile_mode"} <= tried
     assert "cpu_threads" not in tried
     modes = {t.knobs.compile_mode for t in recorded.ran if t.knobs.compile_mode}
     assert modes == {"default", "reduce-overhead"}
-    assert {t.knobs.amp_dtype for t in recorded.ran} >= {"bfloat16", "float16"}
     assert outcome.knobs.compile_mode is not None
+    # bfloat16 won: float16 and TF32 run at its tensor-core rate or below, not raced
+    assert {t.knobs.amp_dtype for t in recorded.ran} == {None, "bfloat16"}
+    assert "float32_matmul_precision" not in tried
+
+
+def test_float16_and_tf32_are_tried_where_bfloat16_breaks_the_numerics():
+    def drifting_bfloat16(knobs: Knobs) -> dict:
+        data = host_bound(knobs)
+        if knobs.amp_dtype == "bfloat16":
+            data["check_losses"] = [2.30, 2.9, 3.6]
+        return data
+
+    tuner, recorded = search(drifting_bfloat16, facts=CUDA, budget=600)
+    tuner.run()
+    tried = [t.knobs for t in recorded.ran]
+    assert tried.index(Knobs(amp_dtype="bfloat16")) < tried.index(Knobs(amp_dtype="float16"))
+    assert Knobs(float32_matmul_precision="high") in tried
 
 
 def test_cuda_graphs_are_tried_only_where_the_host_takes_time():
@@ -866,3 +882,20 @@ def test_a_compile_the_run_s_cache_does_not_serve_is_named(share):
     outcome = tuner.run()
     missed = [n for n in outcome.notes if "inductor cache was not hit" in n]
     assert bool(missed) == (share == 1.0)
+
+
+def test_a_budget_too_small_to_confirm_still_measures_a_large_ceiling():
+    """Nothing found yet and a 2x ceiling: the one sweep the budget holds is worth more than
+    a confirmation of the defaults; the result says it is unconfirmed and why. With more
+    budget the confirmation keeps its share (the pick is confirmed)."""
+    def input_bound(knobs: Knobs) -> dict:
+        return record(0.05 if knobs.num_workers else 0.10, wait=0.0 if knobs.num_workers else 0.5)
+
+    tuner, recorded = search(input_bound, Options(), budget=16)
+    outcome = tuner.run()
+    assert outcome.knobs.num_workers and not outcome.confirmed and recorded.clock <= 16
+    assert any(n.startswith("loader: measured with the confirmation's share of the budget")
+               for n in outcome.notes)
+    tuner, recorded = search(input_bound, Options(), budget=22)
+    outcome = tuner.run()
+    assert outcome.knobs.num_workers and outcome.confirmed

@@ -182,3 +182,14 @@ def test_busy_cores_are_the_cores_busy_time_less_the_child_s_own(monkeypatch):
     monkeypatch.setattr(child_facts.time, "sleep", lambda s: None)
     monkeypatch.setattr(child_facts.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
     assert child_facts.busy_cores() == pytest.approx(1.0)
+
+
+def test_amp_once_adopted_is_not_visited_again():
+    assert not policy.revisit("amp", Knobs(amp_dtype="bfloat16", num_workers=4))
+    assert policy.revisit("amp", Knobs(num_workers=4))  # a dtype the data wait hid
+    assert policy.revisit("loader", Knobs(amp_dtype="bfloat16"))
+
+
+def test_only_a_large_ceiling_outweighs_a_confirmation():
+    assert policy.outweighs_confirmation(policy.LARGE_GAIN)
+    assert not policy.outweighs_confirmation(1.1)

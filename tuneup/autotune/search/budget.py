@@ -52,6 +52,7 @@ class Budget:
         self.typical: TrialResult | None = None
         self.reserve_s = 0.0
         self.compile_s = 0.0
+        self.confirm_held = True  # False: a large gain to measure outweighs a confirmation
 
     def time_left(self) -> float:
         return self.executor.time_left()
@@ -116,6 +117,8 @@ class Budget:
         (warm) once when the pick is compiled: with the runs the stages made of each (the
         baseline, the incumbent re-run beside every stage's candidates, the races) one more
         pair gives the pick's interval; what the stages leave over buys more rounds."""
+        if not self.confirm_held:
+            return 0.0
         rounds = CONFIRM_ROUNDS * (self.trial_seconds() + self.trial_seconds(self.baseline))
         compile_s = self.warm_compile_seconds() if self.compile_s else 0.0
         return self.plan_startup_seconds() + compile_s + rounds

@@ -147,6 +147,21 @@ def ceiling(stage: str, result: TrialResult | None, facts: ScriptFacts, workers:
     return Ceiling(stage, factor, why)
 
 
+def revisit(stage: str, incumbent: Knobs) -> bool:
+    """Whether a stage visited once is worth a second visit after later stages moved the
+    incumbent: amp once adopted is not (its revisit is for a dtype whose gain the data
+    wait hid; the other dtypes run at the adopted one's tensor-core rate)."""
+    return not (stage == "amp" and incumbent.amp_dtype is not None)
+
+
+def outweighs_confirmation(factor: float) -> bool:
+    """Whether a stage that can gain ``factor`` may take the confirmation's reserve for one
+    sweep when nothing else is left for it: a large gain (:data:`LARGE_GAIN`) found
+    unconfirmed is worth more to the run than a confirmed smaller one, and the report says
+    which it got."""
+    return factor >= LARGE_GAIN
+
+
 def host_bound(result: TrialResult | None) -> bool:
     """Whether the device idles for the host long enough (:data:`HOST_SHARE` of the step)
     for CUDA graphs (compile's reduce-overhead mode) to be worth a compile."""

@@ -56,6 +56,7 @@ class Search:
         self.compile_to_come = False  # races hold compile's share of the budget while True
         self.low_impact = False  # the stage's ceiling is below compile's: fewer race rounds
         self.more_to_come = False  # a stage still to run could gain more than a tie here
+        self.stage_ceiling = 1.0  # the running stage's ceiling
         self._ids: dict[str, int] = {}
         self._compiled: set[Knobs] = set()  # compiled settings, for the cache check
 
@@ -161,6 +162,15 @@ class Search:
         fresh = self._fresh_incumbent_run() if stop is None else None
         head = 0 if fresh else 1  # the incumbent's first run still to measure
         fits = self.budget.affordable(len(trials) + head + 1)
+        if fits < head + 1 and self.incumbent == self.baseline_knobs and \
+                policy.outweighs_confirmation(self.stage_ceiling):
+            self.budget.confirm_held = False  # one sweep, no rounds: the gain comes first
+            fits, rounds = self.budget.affordable(len(trials) + head + 1), 0
+            self.budget.confirm_held = True
+            if fits >= head + 1:
+                self.note(f"{self.stage_label}: measured with the confirmation's share of "
+                          f"the budget (at most {self.stage_ceiling:.2f}x to find; nothing "
+                          "found yet to confirm)")
         if fits < head + 1:
             self.note(f"{self.stage_label}: skipped, budget too small (needs ~"
                       f"{max(1, math.ceil(self.budget.shortfall(head + 1)))} s more: a "
@@ -245,12 +255,12 @@ class Search:
         return chosen
 
     def _clear_winner(self, reference: TrialResult, accepted: list[TrialResult]) -> bool:
-        """The fastest candidate leads the reference and every other candidate by a large
+        """The fastest contender (a candidate or the reference) leads every other by a large
         gain (:data:`policy.LARGE_GAIN`) beyond the windows' noise: rounds would not change
         the pick."""
         speed = self.judge.speed
         ranked = sorted([reference, *accepted], key=speed, reverse=True)
-        if len(ranked) < 2 or ranked[0] is reference:
+        if len(ranked) < 2:
             return False
         lead = speed(ranked[0]) / speed(ranked[1])
         noise = 2 * max(r.noise for r in ranked[:2]) + 2 * window_noise(self.results)
@@ -423,7 +433,8 @@ class Search:
             # equal ceilings go to a stage visited again (the loader's workers before a
             # deeper prefetch, both at most removing the same wait)
             ready = [(s, True) for s, knobs in visited.items()
-                     if s not in again and knobs != self.incumbent] + [
+                     if s not in again and knobs != self.incumbent
+                     and policy.revisit(s, self.incumbent)] + [
                 (s, False) for s in pending]
             if not ready:
                 break
@@ -438,7 +449,11 @@ class Search:
             self.more_to_come = any(scored[s].factor >= policy.LARGE_GAIN
                                     for s, _ in ready if s != name)
             speedup, measured = self.speedup, len(self.results)
+            # compile's ceiling, when compile is to come, is what a waived sweep must beat
+            self.stage_ceiling = scored[name].factor if not with_compile or \
+                scored[name].factor >= self.ceiling("compile").factor else 1.0
             self.run_stage(name, again=is_again)
+            self.stage_ceiling = 1.0
             if len(self.results) > measured:  # it measured (not skipped for the budget)
                 self.note(f"{self.stage_label}: ceiling {scored[name].factor:.2f}x "
                           f"({scored[name].why}); measured {self.speedup / speedup:.2f}x")

@@ -142,15 +142,20 @@ def predict(search: Search) -> None:
 
 @stage("amp")
 def amp(search: Search) -> None:
+    """The hardware's first autocast dtype alone (bfloat16 where supported), the others and
+    TF32 only where it loses or breaks the numerics: tensor cores run bfloat16 and float16
+    at one rate (A100: 312 TFLOPS each, H100: 990) and TF32 at half of it, so racing them
+    spends trials on a tie. A dtype taken on a prediction is verified against float32."""
     dtypes: list[object] = list(space.amp_dtypes(search.facts))
     if search.incumbent.amp_dtype is not None:  # taken on a prediction: float32 again
-        dtypes.append(None)
-    trials = search.candidates("amp_dtype", dtypes, check=True)
-    if search.incumbent.amp_dtype is None:
-        trials += search.candidates("float32_matmul_precision",
-                                    list(space.matmul_precisions(search.facts)), check=True)
+        search.compare("amp", search.candidates("amp_dtype", [None], check=True))
+        return
+    trials = search.candidates("amp_dtype", dtypes, check=True) + search.candidates(
+        "float32_matmul_precision", list(space.matmul_precisions(search.facts)), check=True)
     before = search.incumbent
-    search.compare("amp", trials)
+    search.compare("amp", trials[:1])
+    if search.incumbent == before and trials[1:]:
+        search.compare("amp", trials[1:])
     if search.incumbent == before:
         _amp_with_the_workers_it_needs(search, {t.knobs for t in trials})
 
