@@ -21,6 +21,15 @@ def test_every_row_names_its_source(table: str) -> None:
             assert row["status"] in ("verified", "UNVERIFIED"), row
 
 
+def test_release_dates_increase_with_the_release() -> None:
+    """A date typed into the wrong row (or month) breaks the order TU706 compares against."""
+    with open(kb.DATA_DIR / "torch_release_dates.csv", newline="") as handle:
+        rows = sorted(csv.DictReader(handle), key=lambda r: versions.major_minor(r["release"]))
+    dates = [r["date"] for r in rows]
+    assert dates == sorted(dates) and len(set(dates)) == len(dates), dates
+    assert kb.release_date("2.2") == ("2024-01-30", True)
+
+
 @pytest.mark.parametrize(
     ("cuda", "os_family", "floor", "mvc"),
     [
