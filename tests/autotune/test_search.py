@@ -899,3 +899,26 @@ def test_a_budget_too_small_to_confirm_still_measures_a_large_ceiling():
     tuner, recorded = search(input_bound, Options(), budget=22)
     outcome = tuner.run()
     assert outcome.knobs.num_workers and outcome.confirmed
+
+
+def test_a_compile_in_the_waiting_process_is_priced_without_a_start_up():
+    """The compile stage goes on in the process that waits for it: holding a start-up for
+    it made compile look unaffordable and freed its share for races between close settings."""
+    from tuneup.autotune.search.budget import Budget
+
+    class Executor:
+        facts = CPU
+        startup_s = 8.0
+        live = True
+
+        def time_left(self) -> float:
+            return 100.0
+
+        def live_process(self) -> bool:
+            return self.live
+
+    executor = Executor()
+    budget = Budget(executor)
+    waiting = budget.compile_seconds()
+    executor.live = False
+    assert budget.compile_seconds() == pytest.approx(waiting + 8.0)

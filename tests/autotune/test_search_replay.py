@@ -59,3 +59,16 @@ def test_the_h200_image_landscape_at_60_s_finds_workers_and_pinned_memory(harnes
     result = harness.replay(images, 60.0, seed=seed)
     assert result.pick.num_workers >= 8 and result.pick.pin_memory
     assert result.ratio >= 0.85
+
+
+def test_a_compile_longer_than_the_budget_is_not_reachable(harness):
+    """The best point compiles for 90 s: no 60 s search can measure it, so the reachable
+    best is an eager point and pick/reachable is judged against that."""
+    land = harness.Landscape(name="slow-compile", kind="gpu", compute_s={"float32": 0.05},
+                             compile_factor=0.5, compile_s=90.0, startup_s=5.0, noise=0.02)
+    best = harness.best_point(land, 5000)
+    assert best.compile_mode
+    assert harness.reachable_value(land, 60.0, 5000) > land.value(best, 5000)
+    assert harness.reachable_value(land, 200.0, 5000) == pytest.approx(land.value(best, 5000))
+    result = harness.replay(land, 60.0, seed=1)
+    assert result.ratio < result.reachable <= 1.0

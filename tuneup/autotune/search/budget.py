@@ -96,10 +96,11 @@ class Budget:
         return 0.0 if self.executor.live_process() else self.plan_startup_seconds()
 
     def compile_seconds(self) -> float:
-        """Expected cost of one compile stage: a process, two trials and a first compile,
-        and the warm compile a compiled pick's confirmation pays (without it a found
-        compile goes unconfirmed: it is held from earlier races and low-impact stages)."""
-        return (self.plan_startup_seconds() + 2 * self.trial_seconds() + COMPILE_GUESS_S
+        """Expected cost of one compile stage: two trials and a first compile (in the
+        process that waits for them, or a new one's start-up), and the warm compile a
+        compiled pick's confirmation pays (without it a found compile goes unconfirmed: it
+        is held from earlier races and low-impact stages)."""
+        return (self.next_startup_seconds() + 2 * self.trial_seconds() + COMPILE_GUESS_S
                 + self.warm_compile_seconds())
 
     def warm_compile_seconds(self, cold_s: float | None = None) -> float:

@@ -57,6 +57,7 @@ class Search:
         self.low_impact = False  # the stage's ceiling is below compile's: fewer race rounds
         self.more_to_come = False  # a stage still to run could gain more than a tie here
         self.stage_ceiling = 1.0  # the running stage's ceiling
+        self.compile_fitted = False  # compile fitted the budget when this stage began
         self._ids: dict[str, int] = {}
         self._compiled: set[Knobs] = set()  # compiled settings, for the cache check
 
@@ -384,8 +385,7 @@ class Search:
         """What a race before the compile stage leaves for it: extra rounds between settings
         already measured close are worth less than trying compile at all (a first sweep of
         a high-impact stage may still use it)."""
-        if not self.compile_to_come or self.budget.reserve_s or not self.budget.compile_fits(
-                self.facts):
+        if not self.compile_to_come or self.budget.reserve_s or not self.compile_fitted:
             return 0.0
         return self.budget.compile_seconds()
 
@@ -512,6 +512,9 @@ class Search:
                       and not (name == "loader_extras" and not again
                                and prefetch_to_try(self, self.incumbent_result)))
         self.low_impact = low_impact or name == "deeper_prefetch"
+        # held through the stage once it fitted at its start: a sweep that leaves compile
+        # short of its estimate must not free the rest for a race between close settings
+        self.compile_fitted = self.compile_to_come and self.budget.compile_fits(self.facts)
         self.budget.reserve_s = self.budget.compile_seconds() if low_impact else 0.0
         self.stage_label = name + (" (again)" if again else "")
         self.on_stage(self.stage_label)
