@@ -10,7 +10,8 @@ trial fails, a compile paid once per process and from the run's cache after the 
 
 Landscapes come in three kinds:
 
-* ``gpu``: modelled, GPU-like (amp 1.5-6x, the loader up to 10x, host time, pin_memory);
+* ``gpu``: modelled, GPU-like (amp 1.5-6x, the loader up to 10x, host time, pin_memory;
+  a fifth with inputs whose shape changes, where cudnn_benchmark loses);
 * ``cpu``: modelled, CPU-like (bfloat16 may lose, workers and threads share the cores);
 * ``recorded``: fitted to measured trials, the measured speeds kept where there is one:
   the H200 runs of 2026-11-28 (tests/data/landscapes/h200-*.json, which name their source).
@@ -53,6 +54,7 @@ WINDOW_S = protocol.WINDOW_DEFAULTS["min_measure_seconds"]
 MIN_STEPS = protocol.WINDOW_DEFAULTS["measure_steps"]
 MAX_STEPS = protocol.WINDOW_DEFAULTS["max_measure_steps"]
 WARMUP_STEPS = protocol.WINDOW_DEFAULTS["warmup_steps"]
+VARYING_CUDNN = 1.15  # compute with cudnn_benchmark where the input's shape keeps changing
 CHECK_STEPS = protocol.WINDOW_DEFAULTS["check_steps"]
 
 
@@ -75,6 +77,7 @@ class Landscape:
     compile_s: float = 20.0  # a cold compile
     warm_compile_share: float = 0.2  # a compile from the run's cache
     cudnn_factor: float = 1.0  # compute with cudnn_benchmark (convolutions, fixed shapes)
+    shapes: int = 1  # distinct input shapes a window sees (more: cudnn searches again)
     micro_cost: float = 0.03  # compute added per extra micro-batch (smaller kernels)
     memory_limit: int | None = None  # largest micro-batch that fits
     cores: int = 16
@@ -109,8 +112,8 @@ class Landscape:
             compute *= self.compile_factor
             host *= self.graphs_host if knobs.compile_mode == "reduce-overhead" \
                 else self.compile_host
-        if knobs.cudnn_benchmark:
-            compute *= self.cudnn_factor
+        if knobs.cudnn_benchmark:  # a new shape is a new search of the algorithms
+            compute *= self.cudnn_factor if self.shapes == 1 else VARYING_CUDNN
         splits = self.batch // (knobs.micro_batch_size or self.batch)
         compute *= 1 + self.micro_cost * (splits - 1)
         host *= splits
@@ -256,7 +259,7 @@ class Replay:
         return TrialResult.from_event(trial, {
             "status": protocol.OK, "step_s_all": times, "step_s": statistics.fmean(times),
             "warmup_s": warmup, "data_wait_share": wait, "peak_memory_bytes": 2**30,
-            "device_s": device * shift,
+            "device_s": device * shift, "input_shapes": land.shapes,
             "check_losses": LOSSES if trial.check else None})
 
 
@@ -291,7 +294,15 @@ def gpu_like(rng: random.Random, i: int) -> Landscape:
         micro_cost=rng.uniform(0.01, 0.08),
         memory_limit=batch // 2 if rng.random() < 0.1 else None,
         cores=rng.choice([8, 16, 32]), noise=rng.uniform(0.01, 0.10),
-        startup_s=rng.uniform(3, 15), warmup_s=rng.uniform(0.3, 2.0))
+        startup_s=rng.uniform(3, 15), warmup_s=rng.uniform(0.3, 2.0),
+        # a fifth with inputs of changing shape (variable-length sequences), drawn apart
+        # so that the other parameters stay those of earlier replays
+        shapes=rng_apart(i).choice([1, 1, 1, 1, 8]))
+
+
+def rng_apart(i: int) -> random.Random:
+    """A generator of its own for landscape ``i``'s newer parameters."""
+    return random.Random(f"landscape-{i}")
 
 
 def cpu_like(rng: random.Random, i: int) -> Landscape:

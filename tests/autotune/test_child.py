@@ -130,6 +130,7 @@ def test_a_normal_plan_runs_every_trial_and_exits_0(tmp_path):
     for result in results.values():
         assert result["samples_per_s"] > 0 and result["warmup_s"] > 0
         assert 2 <= len(result["step_s_all"]) <= 4 and 0 <= result["data_wait_share"] <= 1
+        assert result["input_shapes"] == 1  # an epoch's last, shorter batch counts as one
     assert results["mb=8"]["micro_batch_size"] == 8 and results["baseline"]["micro_batch_size"] is None
     baseline = results["baseline"]["check_losses"]
     assert len(baseline) == 2

@@ -193,3 +193,17 @@ def test_amp_once_adopted_is_not_visited_again():
 def test_only_a_large_ceiling_outweighs_a_confirmation():
     assert policy.outweighs_confirmation(policy.LARGE_GAIN)
     assert not policy.outweighs_confirmation(1.1)
+
+
+def test_cudnn_is_skipped_where_the_input_shape_changes():
+    """cuDNN's autotuner searches its algorithms again for each new shape: with
+    variable-length batches its ceiling is 1 and the note says why."""
+    fixed = run(0.05, 0.0, device=0.045)
+    varying = replace(fixed, input_shapes=6)
+    convolutional = replace(GPU, convolutions=True)
+    assert policy.ceiling("cudnn", fixed, convolutional, 0, 5000, 20.0).factor > 1.1
+    ceiling = policy.ceiling("cudnn", varying, convolutional, 0, 5000, 20.0)
+    assert ceiling.factor == 1.0
+    assert ceiling.skipped() == ("cudnn: at most 1.00x here, the input's shape changes between "
+                                 "steps (6 shapes in one window): cuDNN's autotuner would "
+                                 "search again for each; skipped")

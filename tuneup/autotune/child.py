@@ -31,6 +31,7 @@ import torch
 from tuneup.autotune import protocol, spawned
 from tuneup.autotune.child_facts import (
     amp_dtypes_here,
+    batch_shape,
     busy_cores,
     compile_available,
     save_atomically,
@@ -227,6 +228,8 @@ class TrialSession(hooks.Observer):
                     fresh = False
                     wait = time.perf_counter() - requested
                     samples = self.loader.samples_in(batch)
+                    if self.phase == "measure":
+                        self.shapes.add(batch_shape(batch))
                     self.timer.step_started()
                     yield batch
                     self._step_done(wait, samples)
@@ -388,6 +391,7 @@ class TrialSession(hooks.Observer):
         self.measured_steps = 0
         self.window_steps = None
         self.step_times: list[float] = []
+        self.shapes: set[tuple[tuple[int, ...], ...]] = set()  # the measured batches'
         self.step_waits: list[float] = []
         self.step_samples: list[int] = []
         self.check_losses = []
@@ -489,6 +493,7 @@ class TrialSession(hooks.Observer):
                                   if loop.device.type == "cuda" else self.peak_rss),
             "micro_batch_size": loop.applied_micro_batch,
             "micro_batch_blocked": loop.micro_batch_blocker(),
+            "input_shapes": len(self.shapes) or None,
         })
         self.trial_running = False
         self.index += 1

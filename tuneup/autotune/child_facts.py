@@ -150,3 +150,13 @@ def compile_available(device: torch.device) -> bool:
     if device.type == "cuda":
         return importlib.util.find_spec("triton") is not None
     return any(shutil.which(name) for name in ("c++", "g++", "clang++"))
+
+
+def batch_shape(batch: Any) -> tuple[tuple[int, ...], ...]:
+    """The shapes of a batch's tensors (any nesting) past their first, batch dimension:
+    batches that differ here (variable-length sequences, image sizes) make cuDNN's
+    autotuner (``cudnn_benchmark``) search its algorithms again at every step, while an
+    epoch's last, shorter batch costs it one search an epoch."""
+    leaves = torch.utils._pytree.tree_leaves(batch)
+    return tuple(tuple(leaf.shape[1:]) for leaf in leaves if isinstance(leaf, torch.Tensor))
+

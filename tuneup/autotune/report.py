@@ -150,6 +150,7 @@ def _trial_json(result: TrialResult) -> dict[str, Any]:
         "warmup_s": result.warmup_s,
         "data_wait_share": result.data_wait_share,
         "breakdown": result.breakdown,  # seconds a step: data_wait, device, host
+        "input_shapes": result.input_shapes,  # distinct batch shapes measured
         "message": result.message or None,
     }
 

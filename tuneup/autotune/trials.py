@@ -85,6 +85,7 @@ class TrialResult:
     peak_memory_bytes: int | None = None
     micro_batch_size: int | None = None  # what the child applied (None: whole batches)
     micro_batch_blocked: str | None = None  # why the script cannot be micro-batched
+    input_shapes: int | None = None  # distinct batch shapes in the measured window
     message: str = ""
 
     @classmethod
@@ -97,6 +98,7 @@ class TrialResult:
         peak = event.get("peak_memory_bytes")
         micro = event.get("micro_batch_size")
         blocked = event.get("micro_batch_blocked")
+        shapes = event.get("input_shapes")
         return cls(
             trial=trial,
             status=str(event.get("status") or protocol.ERROR),
@@ -111,6 +113,7 @@ class TrialResult:
             peak_memory_bytes=int(peak) if _is_number(peak) else None,
             micro_batch_size=int(micro) if _is_number(micro) else None,
             micro_batch_blocked=str(blocked) if blocked else None,
+            input_shapes=int(shapes) if _is_number(shapes) and shapes >= 1 else None,
             message=str(event.get("message") or ""),
         )
 

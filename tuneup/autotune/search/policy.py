@@ -126,8 +126,13 @@ def ceiling(stage: str, result: TrialResult | None, facts: ScriptFacts, workers:
         factor = step / (max(after, step / 100) + spread) if step else 1.0
     elif stage == "cudnn":
         convolutions = facts.on_cuda and facts.convolutions is not False
-        factor = _amdahl(step, device * (1 - 1 / CUDNN)) if convolutions else 1.0
+        shapes = result.input_shapes if result is not None else None
+        fixed = not shapes or shapes == 1
+        factor = _amdahl(step, device * (1 - 1 / CUDNN)) if convolutions and fixed else 1.0
         why = why if convolutions else "the model has no convolutions"
+        if convolutions and not fixed:
+            why = (f"the input's shape changes between steps ({shapes} shapes in one window): "
+                   "cuDNN's autotuner would search again for each")
     elif stage == "batch":
         factor = 1.0 if facts.on_cuda else CPU_MICRO_BATCH
         why = ("smaller micro-batches add launches and host time" if facts.on_cuda
