@@ -18,7 +18,7 @@ Landscapes come in three kinds:
 
 For each landscape and budget the search runs once (seeded noise) and the pick's true
 speed is set against the landscape's best over every knob combination (compile's cost
-amortised over --expected-steps in both). Printed: pick/best by budget and kind, median
+amortised over the search's expected steps, 5,000 by default, in both). Printed: pick/best by budget and kind, median
 and worst 5 %; and the worst 5 % of pick/reachable, against the best point any search
 could measure once beside the defaults within the budget (start-up, two trials and, for
 a compiled point, its cold compile): the part of the gap no search could close.
@@ -54,7 +54,9 @@ WINDOW_S = protocol.WINDOW_DEFAULTS["min_measure_seconds"]
 MIN_STEPS = protocol.WINDOW_DEFAULTS["measure_steps"]
 MAX_STEPS = protocol.WINDOW_DEFAULTS["max_measure_steps"]
 WARMUP_STEPS = protocol.WINDOW_DEFAULTS["warmup_steps"]
-VARYING_CUDNN = 1.15  # compute with cudnn_benchmark where the input's shape keeps changing
+# compute with cudnn_benchmark where the input's shape keeps changing: an assumption (a
+# search of the algorithms every step), not a measurement
+VARYING_CUDNN = 1.15
 CHECK_STEPS = protocol.WINDOW_DEFAULTS["check_steps"]
 
 
@@ -394,6 +396,9 @@ def best_value(land: Landscape, expected_steps: int) -> float:
     return land.value(best_point(land, expected_steps), expected_steps)
 
 
+REACHABLE: dict[tuple[int, float, int], float] = {}
+
+
 def reachable_value(land: Landscape, budget: float, expected_steps: int) -> float:
     """The best step time (compile's cost spread) among the points whose least cost to
     measure (:meth:`Landscape.least_cost`) fits ``budget``: what no search could beat."""
@@ -403,8 +408,6 @@ def reachable_value(land: Landscape, budget: float, expected_steps: int) -> floa
         REACHABLE[key] = min(land.value(k, expected_steps) for k in points)
     return REACHABLE[key]
 
-
-REACHABLE: dict[tuple[int, float, int], float] = {}
 
 
 def worst_share(values: list[float], share: float = 0.05) -> float:

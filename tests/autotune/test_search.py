@@ -901,24 +901,17 @@ def test_a_budget_too_small_to_confirm_still_measures_a_large_ceiling():
     assert outcome.knobs.num_workers and outcome.confirmed
 
 
-def test_a_compile_in_the_waiting_process_is_priced_without_a_start_up():
-    """The compile stage goes on in the process that waits for it: holding a start-up for
-    it made compile look unaffordable and freed its share for races between close settings."""
-    from tuneup.autotune.search.budget import Budget
 
-    class Executor:
-        facts = CPU
-        startup_s = 8.0
-        live = True
+def test_a_reference_far_ahead_of_every_candidate_takes_no_race_rounds():
+    """Rounds only tell close settings apart: bfloat16 at half the speed, one window each."""
+    def slow_bfloat16(knobs: Knobs) -> dict:
+        return record(0.10 * (2.0 if knobs.amp_dtype else 1.0))
 
-        def time_left(self) -> float:
-            return 100.0
-
-        def live_process(self) -> bool:
-            return self.live
-
-    executor = Executor()
-    budget = Budget(executor)
-    waiting = budget.compile_seconds()
-    executor.live = False
-    assert budget.compile_seconds() == pytest.approx(waiting + 8.0)
+    tuner, recorded = search(slow_bfloat16, Options(groups=frozenset({"amp"})), budget=300)
+    before_confirm: list[int] = []
+    tuner.on_stage = lambda name: before_confirm.append(len(recorded.ran)) \
+        if name == "confirm" else None
+    outcome = tuner.run()
+    assert outcome.knobs.amp_dtype is None
+    stage_runs = [t for t in recorded.ran[:before_confirm[0]] if t.knobs.amp_dtype]
+    assert len(stage_runs) == 1  # one window; the confirmation re-runs it on its own

@@ -190,9 +190,12 @@ def test_amp_once_adopted_is_not_visited_again():
     assert policy.revisit("loader", Knobs(amp_dtype="bfloat16"))
 
 
-def test_only_a_large_ceiling_outweighs_a_confirmation():
-    assert policy.outweighs_confirmation(policy.LARGE_GAIN)
-    assert not policy.outweighs_confirmation(1.1)
+def test_only_a_large_ceiling_outweighs_a_confirmation_and_only_before_a_find():
+    assert policy.outweighs_confirmation(policy.LARGE_GAIN, None, found=False)
+    assert not policy.outweighs_confirmation(1.1, None, found=False)
+    assert not policy.outweighs_confirmation(2.0, None, found=True)  # a pick to confirm
+    assert not policy.outweighs_confirmation(1.5, 1.8, found=False)  # compile's share
+    assert policy.outweighs_confirmation(2.0, 1.8, found=False)
 
 
 def test_cudnn_is_skipped_where_the_input_shape_changes():
@@ -207,3 +210,6 @@ def test_cudnn_is_skipped_where_the_input_shape_changes():
     assert ceiling.skipped() == ("cudnn: at most 1.00x here, the input's shape changes between "
                                  "steps (6 shapes in one window): cuDNN's autotuner would "
                                  "search again for each; skipped")
+    # a few recurring shapes (buckets) pay one search each: the stage still runs
+    buckets = replace(fixed, input_shapes=3)
+    assert policy.ceiling("cudnn", buckets, convolutional, 0, 5000, 20.0).factor > 1.1

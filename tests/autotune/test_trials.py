@@ -92,18 +92,11 @@ def test_a_trial_s_time_split_reaches_the_json():
     assert parts["host"] == pytest.approx(0.01)
 
 
-def test_the_measured_batches_shapes_are_counted():
-    """cudnn_benchmark searches again for every new input shape: the child counts them."""
-    import torch
 
-    from tuneup.autotune.child_facts import batch_shape
+def test_a_trials_input_shape_count_is_read_from_its_event():
     from tuneup.autotune.trials import Trial, TrialResult
     from tuneup.settings import Knobs
 
-    batch = {"x": torch.zeros(4, 3, 8, 8), "y": [torch.zeros(4), "label"]}
-    assert batch_shape(batch) == ((3, 8, 8), ())
-    assert batch_shape((torch.zeros(2, 5),)) != batch_shape((torch.zeros(2, 7),))
-    assert batch_shape(torch.zeros(32, 5)) == batch_shape(torch.zeros(8, 5))  # a last batch
     event = {"status": "ok", "step_s_all": [0.1] * 9, "input_shapes": 3}
     assert TrialResult.from_event(Trial("t", Knobs()), event).input_shapes == 3
     odd = {"status": "ok", "step_s_all": [0.1] * 9, "input_shapes": "many"}

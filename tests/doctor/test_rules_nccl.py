@@ -131,6 +131,17 @@ def test_the_nccl_wheel_decides_for_a_pip_torch() -> None:
     assert "TU411" not in codes(run(new))
 
 
+def test_a_newer_nccl_wheel_in_an_ngc_container_counts_only_when_preloaded() -> None:
+    """An NGC torch loads the container's libnccl: a pip wheel beside it is not used unless
+    LD_PRELOAD names it (the fix TU411 gives)."""
+    wheel = {"nvidia-nccl-cu12": "2.26.5"}
+    beside = _two_5090s("2.7.0a0+ecf3bae40a.nv25.02", pip_packages=wheel)
+    assert "container 25.02" in only(run(beside), "TU411").message
+    preloaded = _two_5090s("2.7.0a0+ecf3bae40a.nv25.02", pip_packages=wheel, env={
+        "LD_PRELOAD": "/usr/local/lib/python3.12/dist-packages/nvidia/nccl/lib/libnccl.so.2"})
+    assert "TU411" not in codes(run(preloaded))
+
+
 def test_a_release_that_pins_a_fixed_nccl_is_fine() -> None:
     assert "TU411" not in codes(run(_two_5090s("2.7.1+cu128")))  # pins nvidia-nccl-cu12 2.26.2
 

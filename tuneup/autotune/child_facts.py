@@ -153,10 +153,13 @@ def compile_available(device: torch.device) -> bool:
 
 
 def batch_shape(batch: Any) -> tuple[tuple[int, ...], ...]:
-    """The shapes of a batch's tensors (any nesting) past their first, batch dimension:
-    batches that differ here (variable-length sequences, image sizes) make cuDNN's
-    autotuner (``cudnn_benchmark``) search its algorithms again at every step, while an
-    epoch's last, shorter batch costs it one search an epoch."""
-    leaves = torch.utils._pytree.tree_leaves(batch)
-    return tuple(tuple(leaf.shape[1:]) for leaf in leaves if isinstance(leaf, torch.Tensor))
-
+    """The shapes of a batch's tensors (in dicts, lists and tuples, any depth) past their
+    first, batch dimension: cuDNN's autotuner (``cudnn_benchmark``) searches its algorithms
+    once for each new shape, so batches that keep changing here (variable-length sequences,
+    image sizes) pay it step after step, while an epoch's last, shorter batch does not
+    count."""
+    if isinstance(batch, torch.Tensor):
+        return (tuple(batch.shape[1:]),)
+    parts = batch.values() if isinstance(batch, dict) else batch \
+        if isinstance(batch, (list, tuple)) else ()
+    return tuple(shape for part in parts for shape in batch_shape(part))

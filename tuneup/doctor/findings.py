@@ -173,9 +173,9 @@ _CODES = [
         "TU703", "python-unsupported", "python", "a Python other than CPython (PyPy, GraalPy...)"
     ),
     Code("TU705", "python-unsupported", "python", "a 32-bit Python (PyTorch has no 32-bit wheels)"),
+    Code("TU704", "python-unsupported", "python", "a pasted installer error says no torch wheel fits this Python or platform"),
     Code("TU706", "python-unsupported", "python",
          "torch is missing and this Python predates every torch release with wheels for it"),
-    Code("TU704", "python-unsupported", "python", "a pasted installer error says no torch wheel fits this Python or platform"),
     Code("TU801", "pcie-link", "performance", "a GPU's PCIe link runs below its maximum width"),
     Code(
         "TU802", "pcie-link", "performance", "a GPU's PCIe link runs below its maximum generation"

@@ -483,6 +483,7 @@ def install_fix_text(version: str, variant_name: str) -> str:
 
 @cache
 def _release_dates() -> dict[str, tuple[str, bool]]:
+    """``torch_release_dates.csv`` by release, read once."""
     return {r["release"]: (r["date"], r["status"] == VERIFIED)
             for r in _read("torch_release_dates.csv")}
 

@@ -38,6 +38,7 @@ def container_tag(version: str | None) -> str | None:
 
 @cache
 def containers() -> tuple[Container, ...]:
+    """Every row of ``data/ngc_pytorch.csv``, read once."""
     return tuple(
         Container(r["container"], r["torch"], r["cuda"] or None, r["cudnn"] or None,
                   r["nccl"] or None, r["status"] == VERIFIED, r["source"])

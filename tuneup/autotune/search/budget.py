@@ -52,7 +52,6 @@ class Budget:
         self.typical: TrialResult | None = None
         self.reserve_s = 0.0
         self.compile_s = 0.0
-        self.confirm_held = True  # False: a large gain to measure outweighs a confirmation
 
     def time_left(self) -> float:
         return self.executor.time_left()
@@ -118,17 +117,16 @@ class Budget:
         (warm) once when the pick is compiled: with the runs the stages made of each (the
         baseline, the incumbent re-run beside every stage's candidates, the races) one more
         pair gives the pick's interval; what the stages leave over buys more rounds."""
-        if not self.confirm_held:
-            return 0.0
         rounds = CONFIRM_ROUNDS * (self.trial_seconds() + self.trial_seconds(self.baseline))
         compile_s = self.warm_compile_seconds() if self.compile_s else 0.0
         return self.plan_startup_seconds() + compile_s + rounds
 
-    def affordable(self, trials: int, extra_s: float = 0.0) -> int:
+    def affordable(self, trials: int, extra_s: float = 0.0, confirmation: bool = True) -> int:
         """How many of ``trials`` fit in the budget after a reserve for one confirmation round
-        and ``reserve_s`` (in low-impact stages, the compile stage still to come; in the
-        compile stage, the deeper prefetch after it)."""
-        return max(0, min(trials, int(self._spare(extra_s) // self.trial_seconds())))
+        (unless ``confirmation`` is False) and ``reserve_s`` (in low-impact stages, the
+        compile stage still to come; in the compile stage, the deeper prefetch after it)."""
+        spare = self._spare(extra_s) + (0.0 if confirmation else self.confirm_reserve())
+        return max(0, min(trials, int(spare // self.trial_seconds())))
 
     def still_fits(self, seconds: float) -> bool:
         """Whether ``seconds`` more in a process already running (no start-up to pay) leave

@@ -127,7 +127,7 @@ def ceiling(stage: str, result: TrialResult | None, facts: ScriptFacts, workers:
     elif stage == "cudnn":
         convolutions = facts.on_cuda and facts.convolutions is not False
         shapes = result.input_shapes if result is not None else None
-        fixed = not shapes or shapes == 1
+        fixed = not shapes or not shapes_vary(shapes, result)
         factor = _amdahl(step, device * (1 - 1 / CUDNN)) if convolutions and fixed else 1.0
         why = why if convolutions else "the model has no convolutions"
         if convolutions and not fixed:
@@ -152,6 +152,14 @@ def ceiling(stage: str, result: TrialResult | None, facts: ScriptFacts, workers:
     return Ceiling(stage, factor, why)
 
 
+def shapes_vary(shapes: int, result: TrialResult | None) -> bool:
+    """Whether a window's batches bring a new input shape at most of its steps: cuDNN's
+    autotuner searches once a shape, so a few recurring shapes (buckets, a last short
+    batch) repay it and only ever-new ones do not."""
+    steps = len(result.step_s_all) if result is not None else 0
+    return shapes > max(1, steps // 2)
+
+
 def revisit(stage: str, incumbent: Knobs) -> bool:
     """Whether a stage visited once is worth a second visit after later stages moved the
     incumbent: amp once adopted is not (its revisit is for a dtype whose gain the data
@@ -159,12 +167,13 @@ def revisit(stage: str, incumbent: Knobs) -> bool:
     return not (stage == "amp" and incumbent.amp_dtype is not None)
 
 
-def outweighs_confirmation(factor: float) -> bool:
+def outweighs_confirmation(factor: float, compile_factor: float | None, found: bool) -> bool:
     """Whether a stage that can gain ``factor`` may take the confirmation's reserve for one
-    sweep when nothing else is left for it: a large gain (:data:`LARGE_GAIN`) found
-    unconfirmed is worth more to the run than a confirmed smaller one, and the report says
-    which it got."""
-    return factor >= LARGE_GAIN
+    sweep when nothing else is left for it: only while nothing was ``found`` yet (nothing to
+    confirm but the defaults), for a large gain (:data:`LARGE_GAIN`), and one at least
+    compile's (``compile_factor``, while compile is to come: the sweep would take its share
+    too). The report says the pick is unconfirmed."""
+    return not found and factor >= LARGE_GAIN and factor >= (compile_factor or 1.0)
 
 
 def host_bound(result: TrialResult | None) -> bool:

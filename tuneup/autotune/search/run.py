@@ -163,11 +163,11 @@ class Search:
         fresh = self._fresh_incumbent_run() if stop is None else None
         head = 0 if fresh else 1  # the incumbent's first run still to measure
         fits = self.budget.affordable(len(trials) + head + 1)
-        if fits < head + 1 and self.incumbent == self.baseline_knobs and \
-                policy.outweighs_confirmation(self.stage_ceiling):
-            self.budget.confirm_held = False  # one sweep, no rounds: the gain comes first
-            fits, rounds = self.budget.affordable(len(trials) + head + 1), 0
-            self.budget.confirm_held = True
+        if fits < head + 1 and policy.outweighs_confirmation(
+                self.stage_ceiling, self.compile_ceiling(), self.incumbent != self.baseline_knobs):
+            # one sweep, no rounds: the gain comes first
+            fits = self.budget.affordable(len(trials) + head + 1, confirmation=False)
+            rounds = 0
             if fits >= head + 1:
                 self.note(f"{self.stage_label}: measured with the confirmation's share of "
                           f"the budget (at most {self.stage_ceiling:.2f}x to find; nothing "
@@ -449,11 +449,11 @@ class Search:
             self.more_to_come = any(scored[s].factor >= policy.LARGE_GAIN
                                     for s, _ in ready if s != name)
             speedup, measured = self.speedup, len(self.results)
-            # compile's ceiling, when compile is to come, is what a waived sweep must beat
-            self.stage_ceiling = scored[name].factor if not with_compile or \
-                scored[name].factor >= self.ceiling("compile").factor else 1.0
-            self.run_stage(name, again=is_again)
-            self.stage_ceiling = 1.0
+            self.stage_ceiling = scored[name].factor
+            try:
+                self.run_stage(name, again=is_again)
+            finally:
+                self.stage_ceiling = 1.0
             if len(self.results) > measured:  # it measured (not skipped for the budget)
                 self.note(f"{self.stage_label}: ceiling {scored[name].factor:.2f}x "
                           f"({scored[name].why}); measured {self.speedup / speedup:.2f}x")
@@ -486,6 +486,10 @@ class Search:
         return policy.ceiling(name, self.budget.typical, self.facts,
                               self.incumbent.num_workers or 0, self.options.expected_steps,
                               self.budget.compile_s or COMPILE_GUESS_S, decode)
+
+    def compile_ceiling(self) -> float | None:
+        """Compile's ceiling while it is still to come (None otherwise)."""
+        return self.ceiling("compile").factor if self.compile_to_come else None
 
     def worth_trying(self, ceiling: policy.Ceiling) -> bool:
         """Whether a stage's ceiling clears the noise; a stage asked for by name (``--only``

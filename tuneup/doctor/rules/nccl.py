@@ -194,9 +194,11 @@ def _nccl_in_use(ctx: Context) -> tuple[str, str, bool] | None:
     if ctx.snap.torch.nccl:
         return ctx.snap.torch.nccl, "the NCCL version the input states", True
     wheel = ctx.cuda_wheels("nccl").get(build.cuda_major) if build.cuda_major else None
-    if wheel is not None:
-        return wheel[1], f"the installed {wheel[0]}=={wheel[1]}", True
     container = ngc.container(build.version)
+    # an NGC torch loads the container's libnccl; a pip wheel only where LD_PRELOAD names it
+    preloaded = "nccl" in (ctx.env("LD_PRELOAD") or "").lower()
+    if wheel is not None and (container is None or preloaded):
+        return wheel[1], f"the installed {wheel[0]}=={wheel[1]}", True
     if container is not None and container.nccl:
         doubt = "" if container.verified else ", an UNVERIFIED table row"
         return container.nccl, f"NGC PyTorch container {container.tag} ships it{doubt}", False

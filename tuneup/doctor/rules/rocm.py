@@ -313,8 +313,11 @@ def _target_unknown(ctx: Context, why: str) -> None:
         wheels = f"the {line.variant} wheels" + (
             f" of torch {' / '.join(line.releases)}" if line.releases else "")
         doubt = "" if line.verified else " (an UNVERIFIED table row)"
-        nearest = ", the nearest release of this build" if not build.is_published_wheel else ""
-        ships = f"{wheels}{nearest} ship kernels for {' '.join(line.targets)} only{doubt}"
+        if not build.is_published_wheel:  # TU605 claims no list for it: only the release's
+            wheels = f"the nearest published wheels, {wheels},"
+        ships = f"{wheels} ship kernels for {' '.join(line.targets)} only{doubt}"
+        if not build.is_published_wheel:
+            ships += "; this nightly or custom build's own list may differ"
     ctx.add(
         "TU608",
         INFO,
