@@ -523,3 +523,16 @@ def test_a_lost_copy_leaves_that_file_named_and_the_rest_put_back(tmp_path):
     compared = record.compare_and_put_back(since=started - 1.0)
     assert compared.not_put_back == [str(project / "a.txt")]
     assert (project / "b.txt").read_text() == "b before"
+
+
+def test_a_compile_cache_the_user_points_elsewhere_is_exempt(tmp_path, monkeypatch):
+    """A trial's compiled code in the user's TORCHINDUCTOR_CACHE_DIR changes no result and
+    warms the real run: it is neither journaled nor put back (the bench's own cache under
+    /tmp was emptied after every autotune, with 16 folders named 'could NOT be put back')."""
+    cache, triton = tmp_path / "inductor", tmp_path / "triton"
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(cache))
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(triton))
+    exempt = set(write_guard.exempt_folders(tmp_path / "work", None))
+    assert cache in exempt and triton in exempt
+    # never where the script lives
+    assert cache not in set(write_guard.exempt_folders(tmp_path / "work", cache / "project"))

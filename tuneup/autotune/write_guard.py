@@ -40,6 +40,7 @@ from tuneup.site import ENV_JOURNAL
 WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 WRITE_MODES = set("wax+")
 ENV_SCRIPT_DIR = "TUNEUP_WRITE_SCRIPT_DIR"  # the script's folder: never exempt
+COMPILE_CACHE_VARIABLES = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
 ENVIRONMENT = {  # loggers that would send a trial's metrics somewhere the user keeps them
     "WANDB_MODE": "disabled",
     "MLFLOW_TRACKING_URI": "",  # set to a folder of the work directory by :func:`environment`
@@ -213,7 +214,8 @@ def install(journal: Path, copies: Path, workdir: Path, script_dir: Path | None 
     """Start journaling in this process (the autotune child, before the script's loop runs).
 
     The work directory, this process's temporary folder (the runner points ``TMPDIR`` inside
-    the work directory), caches, the system's own folders and the interpreter's library
+    the work directory), caches (``~/.cache``, ``~/.triton`` and the folders
+    ``TORCHINDUCTOR_CACHE_DIR`` / ``TRITON_CACHE_DIR`` name), the system's own folders and the interpreter's library
     folders are exempt: they hold no file of the user's, and torch's compile caches must
     stay warm. Not ``sys.prefix`` whole: a project that is its own virtualenv (``python -m
     venv .``) or an app under ``/usr/local`` lives there; and no folder that holds
@@ -234,8 +236,11 @@ def exempt_folders(workdir: Path, script_dir: Path | None) -> list[Path]:
     paths = sysconfig.get_paths()
     libraries = sorted({paths[key] for key in ("stdlib", "platstdlib", "purelib", "platlib")
                         if key in paths})
+    # compile caches the user points elsewhere: writes there change no result, and a
+    # trial's compiled code kept there warms the real run
+    caches = [Path(os.environ[name]) for name in COMPILE_CACHE_VARIABLES if os.environ.get(name)]
     exempt = [Path(tempfile.gettempdir()), Path("/dev"), Path("/proc"), Path("/sys"),
-              Path.home() / ".cache", Path.home() / ".triton", *map(Path, libraries)]
+              Path.home() / ".cache", Path.home() / ".triton", *caches, *map(Path, libraries)]
     if script_dir is not None:
         inside = os.path.realpath(script_dir) + os.sep
         exempt = [p for p in exempt if not inside.startswith(os.path.realpath(p) + os.sep)]
