@@ -5,6 +5,7 @@ printed and kept."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -47,6 +48,20 @@ def start(script: Path, tmp: Path, *extra: str, budget: int = 300) -> subprocess
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+def ended(parent: subprocess.Popen, children: list[psutil.Process], timeout: float) -> str:
+    """The run's stderr once it ends; one still running after ``timeout`` fails the test
+    and is killed with its children first (left alive, the next tests would count them as
+    their own leftovers)."""
+    try:
+        return parent.communicate(timeout=timeout)[1]
+    except subprocess.TimeoutExpired:
+        for process in [*children, psutil.Process(parent.pid)]:
+            with contextlib.suppress(psutil.Error):
+                process.kill()
+        parent.communicate()
+        raise AssertionError(f"the run did not end within {timeout:.0f} s of the signal")
+
+
 def wait_for_child(parent: subprocess.Popen, timeout: float = 60.0) -> list[psutil.Process]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -81,7 +96,7 @@ def test_a_stop_signal_leaves_no_process_and_no_file(fake_script, tmp, signum):
     parent = start(fake_script({"*": "hang", "defaults": "hang"}), tmp)
     children = wait_for_child(parent)
     parent.send_signal(signum)
-    _, err = parent.communicate(timeout=30)
+    err = ended(parent, children, timeout=60)
     assert parent.returncode == 128 + signum
     assert err.strip().splitlines()[-1].startswith("tuneup autotune: ")
     assert "left as it was" in err and "Traceback" not in err

@@ -124,8 +124,11 @@ def test_each_trial_is_a_process_from_the_same_weights_and_batches(tmp_path, tex
     assert runner.processes_started == 2  # the trainer cannot change knobs inside train()
     assert runner.facts.trials_per_process == 1
     assert plain.step_s > 0 and len(plain.step_s_all) >= 9
-    # same reference weights, same seeded order: the knob cannot change the losses
-    assert plain.check_losses == workers.check_losses and len(plain.check_losses) == 3
+    # same reference weights, same seeded order: the knob cannot change the losses (to
+    # float32 rounding: on a loaded machine the two processes' matmuls may split their
+    # sums over other thread counts, 2e-7 apart in a fresh-clone run beside other jobs)
+    assert len(plain.check_losses) == 3
+    assert plain.check_losses == pytest.approx(workers.check_losses, rel=1e-6, abs=0)
 
 
 def test_a_micro_batch_splits_the_per_device_batch_under_accumulation(tmp_path):
