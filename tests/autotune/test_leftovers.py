@@ -45,7 +45,15 @@ def start(script: Path, tmp: Path, *extra: str, budget: int = 300) -> subprocess
     return subprocess.Popen([sys.executable, "-m", "tuneup.cli", "autotune", str(script),
                              "--budget", str(budget), "--output", str(tmp.parent / "out.json"),
                              *extra],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=as_in_a_terminal)
+
+
+def as_in_a_terminal() -> None:
+    """Ctrl-C's default action, as a terminal's foreground job has it: a suite started in
+    the background (``pytest &`` in a script) passes SIGINT on ignored, and Python then
+    leaves it ignored, so the run would never see the test's Ctrl-C."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def ended(parent: subprocess.Popen, children: list[psutil.Process], timeout: float) -> str:
