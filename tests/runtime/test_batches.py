@@ -41,3 +41,18 @@ def test_batches_arrive_on_the_loops_device():
     assert loop.device.type == "meta"
     x, y = next(iter(tuned_loader(make_dataset(), batch_size=16, loop=loop)))
     assert x.device.type == y.device.type == "meta" and x.shape == (16, 8)
+
+
+def test_a_batchs_shape_is_its_tensors_past_the_batch_dimension():
+    """cudnn_benchmark searches once a shape: the trial child counts the shapes a window
+    sees (a tokenizer's BatchEncoding is a Mapping, not a dict)."""
+    from collections import UserDict
+
+    from tuneup.runtime.batches import batch_shape
+
+    batch = {"x": torch.zeros(4, 3, 8, 8), "y": [torch.zeros(4), "label"]}
+    assert batch_shape(batch) == ((3, 8, 8), ())
+    assert batch_shape(UserDict(input_ids=torch.zeros(4, 17))) == ((17,),)
+    assert batch_shape((torch.zeros(2, 5),)) != batch_shape((torch.zeros(2, 7),))
+    assert batch_shape(torch.zeros(32, 5)) == batch_shape(torch.zeros(8, 5))  # a last batch
+    assert batch_shape("no tensors") == ()

@@ -31,7 +31,6 @@ import torch
 from tuneup.autotune import protocol, spawned
 from tuneup.autotune.child_facts import (
     amp_dtypes_here,
-    batch_shape,
     busy_cores,
     compile_available,
     save_atomically,
@@ -43,6 +42,7 @@ from tuneup.autotune.child_timing import DeviceTimer
 from tuneup.autotune.reference import load_own
 from tuneup.autotune.trainer_trial import TrainerTrial
 from tuneup.runtime import apply, distributed, hooks, malloc_thresholds
+from tuneup.runtime.batches import batch_shape
 from tuneup.settings import Knobs
 
 if TYPE_CHECKING:

@@ -151,15 +151,3 @@ def compile_available(device: torch.device) -> bool:
         return importlib.util.find_spec("triton") is not None
     return any(shutil.which(name) for name in ("c++", "g++", "clang++"))
 
-
-def batch_shape(batch: Any) -> tuple[tuple[int, ...], ...]:
-    """The shapes of a batch's tensors (in dicts, lists and tuples, any depth) past their
-    first, batch dimension: cuDNN's autotuner (``cudnn_benchmark``) searches its algorithms
-    once for each new shape, so batches that keep changing here (variable-length sequences,
-    image sizes) pay it step after step, while an epoch's last, shorter batch does not
-    count."""
-    if isinstance(batch, torch.Tensor):
-        return (tuple(batch.shape[1:]),)
-    parts = batch.values() if isinstance(batch, dict) else batch \
-        if isinstance(batch, (list, tuple)) else ()
-    return tuple(shape for part in parts for shape in batch_shape(part))

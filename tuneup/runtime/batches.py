@@ -67,6 +67,19 @@ def batch_size_of(batch: Any) -> int | None:
     return None
 
 
+def batch_shape(batch: Any) -> tuple[tuple[int, ...], ...]:
+    """The shapes of ``batch``'s tensors past their first, batch dimension: cuDNN's
+    autotuner (``cudnn_benchmark``) searches its algorithms once for each new shape, so
+    batches that keep changing here (variable-length sequences, image sizes) pay it step
+    after step, while an epoch's last, shorter batch does not count."""
+    if isinstance(batch, torch.Tensor):
+        return (tuple(batch.shape[1:]),)
+    children = batch.values() if isinstance(batch, Mapping) else batch
+    if not isinstance(batch, (Mapping, list, tuple)):
+        return ()
+    return tuple(shape for child in children for shape in batch_shape(child))
+
+
 def split_batch(batch: Any, size: int) -> list[Any]:
     """Cut ``batch`` along its first dimension into pieces of ``size`` (the last may be smaller).
 

@@ -126,13 +126,12 @@ def ceiling(stage: str, result: TrialResult | None, facts: ScriptFacts, workers:
         factor = step / (max(after, step / 100) + spread) if step else 1.0
     elif stage == "cudnn":
         convolutions = facts.on_cuda and facts.convolutions is not False
-        shapes = result.input_shapes if result is not None else None
-        fixed = not shapes or not shapes_vary(shapes, result)
+        fixed = not shapes_vary(result)
         factor = _amdahl(step, device * (1 - 1 / CUDNN)) if convolutions and fixed else 1.0
         why = why if convolutions else "the model has no convolutions"
         if convolutions and not fixed:
-            why = (f"the input's shape changes between steps ({shapes} shapes in one window): "
-                   "cuDNN's autotuner would search again for each")
+            why = (f"the input's shape changes between steps ({result.input_shapes} shapes in "
+                   "one window): cuDNN's autotuner would search again for each")
     elif stage == "batch":
         factor = 1.0 if facts.on_cuda else CPU_MICRO_BATCH
         why = ("smaller micro-batches add launches and host time" if facts.on_cuda
@@ -152,12 +151,13 @@ def ceiling(stage: str, result: TrialResult | None, facts: ScriptFacts, workers:
     return Ceiling(stage, factor, why)
 
 
-def shapes_vary(shapes: int, result: TrialResult | None) -> bool:
-    """Whether a window's batches bring a new input shape at most of its steps: cuDNN's
+def shapes_vary(result: TrialResult | None) -> bool:
+    """Whether ``result``'s window brought a new input shape at most of its steps: cuDNN's
     autotuner searches once a shape, so a few recurring shapes (buckets, a last short
-    batch) repay it and only ever-new ones do not."""
-    steps = len(result.step_s_all) if result is not None else 0
-    return shapes > max(1, steps // 2)
+    batch) repay it and only ever-new ones do not (False where the shapes were not counted)."""
+    if result is None or not result.input_shapes:
+        return False
+    return result.input_shapes > max(1, len(result.step_s_all) // 2)
 
 
 def revisit(stage: str, incumbent: Knobs) -> bool:

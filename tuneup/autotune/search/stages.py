@@ -146,10 +146,10 @@ def amp(search: Search) -> None:
     TF32 only where it loses or breaks the numerics: tensor cores run bfloat16 and float16
     at one rate (A100: 312 TFLOPS each, H100: 990) and TF32 at half of it, so racing them
     spends trials on a tie. A dtype taken on a prediction is verified against float32."""
-    dtypes: list[object] = list(space.amp_dtypes(search.facts))
     if search.incumbent.amp_dtype is not None:  # taken on a prediction: float32 again
         search.compare("amp", search.candidates("amp_dtype", [None], check=True))
         return
+    dtypes: list[object] = list(space.amp_dtypes(search.facts))
     trials = search.candidates("amp_dtype", dtypes, check=True) + search.candidates(
         "float32_matmul_precision", list(space.matmul_precisions(search.facts)), check=True)
     before = search.incumbent
