@@ -150,13 +150,14 @@ def _gfx_targets(ctx: Context) -> None:
         )
 
 
-def _rocm_line(ctx: Context) -> tuple[rocm_tables.RocmTargets, bool] | str:
-    """(the build's wheel line, whether it comes from the +rocm suffix) or why it is unknown."""
+def _rocm_line(ctx: Context, nearest: bool = False) -> tuple[rocm_tables.RocmTargets, bool] | str:
+    """(the build's wheel line, whether it comes from the +rocm suffix) or why it is unknown;
+    ``nearest``: for a nightly or custom ``+rocm`` build, its nearest release's line."""
     build = ctx.build
     release = build.release.release if build.release else None
     label = versions.local(build.version)
     if label.startswith("rocm"):
-        if not build.is_published_wheel:
+        if not build.is_published_wheel and not nearest:
             return (
                 f"{build.label} is a nightly or custom ROCm build: its gfx target list is not "
                 "the published wheel's"
@@ -302,11 +303,8 @@ def _target_unknown(ctx: Context, why: str) -> None:
     outside it (most consumer Radeons and APUs at some point) fails at its first kernel; with
     the GPU's target unknown, say the list and how to read the target, claim nothing."""
     build = ctx.build
-    label = versions.local(build.version)
-    release = build.release.release if build.release else None
-    hip = None if build.requested else ctx.snap.torch.hip
-    line = (rocm_tables.rocm_targets(label, release) if label.startswith("rocm")
-            else rocm_tables.of_rocm(hip) if hip else None)
+    found = _rocm_line(ctx, nearest=True)
+    line = found[0] if isinstance(found, tuple) else None
     if line is None:
         ships = "its wheel line's gfx list is not in tuneup's tables"
     else:
