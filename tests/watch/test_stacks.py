@@ -145,7 +145,9 @@ def test_py_spy_on_a_real_job_sees_its_loading(spinner, monkeypatch):
         # 75 % by construction; with ~30 samples, all of them in loading is a 1-in-5000 event
         assert 0.4 <= counts.loading / counts.total <= 0.97, counts
         assert sampler.window is not None  # the next window runs
-        time.sleep(0.5)
+        # long enough for that py-spy to attach and sample on a loaded machine (0.5 s left
+        # it no sample once in a fresh-clone suite: the tail came back None)
+        time.sleep(1.5)
         tail = sampler.close()  # SIGINT: py-spy writes what it took
         assert tail is not None and tail.total >= 1 and sampler.window is None
 
