@@ -19,7 +19,8 @@ candidates, so every comparison is like for like:
 * ``cudnn``    cuDNN's autotuner, where the model has convolutions;
 * ``compile``  last and amortised: kept only when the saved step time times the expected
                steps exceeds the measured compile time, and its losses match eager;
-* ``deeper_prefetch``  after compile, when the compiled loop waits for data.
+* ``loader_after_compile``  when the compiled loop waits for data: the workers its
+               breakdown predicts, a deeper prefetch.
 
 A stage whose ceiling is below compile's (or visited again) leaves compile its share of the
 budget. Finally the winner, the defaults and a rival are re-run interleaved

@@ -8,6 +8,7 @@ from typing import Protocol
 from tuneup.autotune import protocol, space
 from tuneup.autotune.space import ScriptFacts
 from tuneup.autotune.trials import Trial, TrialResult
+from tuneup.settings import Knobs
 
 COMPILE_GUESS_S = 20.0  # compile-trial overhead assumed before one has been measured
 # A later process of the same run compiles the same graphs from the run's inductor cache (the
@@ -52,6 +53,7 @@ class Budget:
         self.typical: TrialResult | None = None
         self.reserve_s = 0.0
         self.compile_s = 0.0
+        self.held: Knobs | None = None  # the compiled graphs the live process holds
 
     def time_left(self) -> float:
         return self.executor.time_left()
@@ -114,12 +116,28 @@ class Budget:
 
     def confirm_reserve(self) -> float:
         """One confirmation round of the pick and the defaults, in a process that compiles
-        (warm) once when the pick is compiled: with the runs the stages made of each (the
+        (warm) once when the pick is compiled and no waiting process holds its graphs (see
+        :meth:`holds_pick`): with the runs the stages made of each (the
         baseline, the incumbent re-run beside every stage's candidates, the races) one more
         pair gives the pick's interval; what the stages leave over buys more rounds."""
         rounds = CONFIRM_ROUNDS * (self.trial_seconds() + self.trial_seconds(self.baseline))
-        compile_s = self.warm_compile_seconds() if self.compile_s else 0.0
+        compile_s = (self.warm_compile_seconds() if self.compile_s and not self.holds_pick()
+                     else 0.0)
         return self.plan_startup_seconds() + compile_s + rounds
+
+    def holds_pick(self) -> bool:
+        """Whether a process waits holding the graphs a compiled pick would run: the
+        incumbent's where it is compiled, else those compiled last (a race's compiled
+        contender): the confirmation runs in it without compiling again."""
+        knobs = self.typical.trial.knobs if self.typical is not None else None
+        held = self.live_held()
+        return held is not None and knobs is not None and (
+            not knobs.compile_mode or knobs.without_loader() == held)
+
+    def live_held(self) -> Knobs | None:
+        """The compiled graphs a waiting process holds (None: no process waits, or it
+        compiled nothing)."""
+        return self.held if self.executor.live_process() else None
 
     def affordable(self, trials: int, extra_s: float = 0.0, confirmation: bool = True) -> int:
         """How many of ``trials`` fit in the budget after a reserve for one confirmation round

@@ -397,16 +397,18 @@ def runner_up(pick: Knobs, runs: dict[Knobs, list[TrialResult]], step: dict[Knob
 
 def _affordable_rounds(search: Search, configs: list[Knobs], slack: float = 0.0) -> int:
     """Confirmation rounds that fit in the budget left. A process compiles once (from the
-    run's cache) for one compiled configuration; with two whose graphs differ, each of their
-    trials compiles again (the process keeps the graphs of the settings it compiled last;
-    settings that differ in loader knobs alone share them)."""
+    run's cache) for one compiled configuration, or not at all where a waiting process
+    holds its graphs; with two whose graphs differ, each of their trials compiles again
+    (the process keeps the graphs of the settings it compiled last; settings that differ
+    in loader knobs alone share them)."""
     budget = search.budget
     per_round = budget.trial_seconds() + (len(configs) - 1) * budget.trial_seconds(
         search.baseline)
-    compiled = len({k.without_loader() for k in configs if k.compile_mode})
-    warm = budget.warm_compile_seconds() if compiled else 0.0
-    per_round += warm * compiled if compiled > 1 else 0.0
-    fixed = budget.next_startup_seconds() + (warm if compiled == 1 else 0.0)
+    graphs = {k.without_loader() for k in configs if k.compile_mode}
+    warm = budget.warm_compile_seconds() if graphs else 0.0
+    per_round += warm * len(graphs) if len(graphs) > 1 else 0.0
+    fixed = budget.next_startup_seconds() + (
+        warm if len(graphs) == 1 and graphs != {budget.live_held()} else 0.0)
     return max(0, min(MAX_ROUNDS, int((budget.time_left() * (1 - slack) - fixed) // per_round)))
 
 

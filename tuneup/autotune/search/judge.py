@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from tuneup.autotune import protocol
 from tuneup.autotune.space import CUDA_GRAPH_MODES, GROUPS, ScriptFacts
 from tuneup.autotune.trials import TrialResult
+from tuneup.settings import Knobs
 
 
 @dataclass
@@ -72,6 +73,14 @@ class Judge:
             return f"likely slower ({gain:+.0%})"
         return f"within noise ({gain:+.1%})"
 
+    def needs_check(self, knobs: Knobs) -> bool:
+        """Whether a sweep's run of ``knobs`` is usable only loss-checked: CUDA graphs
+        replaying micro-batches that accumulate into captured gradient buffers, where a
+        wrong replay changes the training, not the speed."""
+        batch = self.facts.effective_batch
+        accumulating = (knobs.micro_batch_size or batch) < batch
+        return knobs.compile_mode in CUDA_GRAPH_MODES and accumulating
+
     def problem(self, result: TrialResult) -> str | None:
         """Why ``result`` cannot be used — a failure, non-finite or drifting losses, memory
         over the cap — or None when it can."""
@@ -90,9 +99,7 @@ class Judge:
                     return "no comparable check losses"
                 return (f"loss left the fp32 trajectory by {drift:.1%} "
                         f"(tolerance {self.options.loss_tolerance:.0%})")
-        batch = self.facts.effective_batch
-        accumulating = (knobs.micro_batch_size or batch) < batch
-        if knobs.compile_mode in CUDA_GRAPH_MODES and accumulating and not result.trial.check:
+        if self.needs_check(knobs) and not result.trial.check:
             return "CUDA graphs with accumulation need the loss check"
         cap = self.options.max_memory_bytes
         if cap and result.peak_memory_bytes and result.peak_memory_bytes > cap:

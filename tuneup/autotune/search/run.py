@@ -88,10 +88,15 @@ class Search:
     def measure(self, trials: list[Trial],
                 stop: Callable[[TrialResult], bool] | None = None) -> list[TrialResult]:
         fresh = not self.executor.live_process()
+        if fresh:
+            self.budget.held = None
         results = self.executor.run(trials, stop)
         self.results.extend(results)
         if fresh:
             self._check_compile_cache(results)
+        for result in results:  # a process keeps the graphs it compiled last
+            if result.ran and result.trial.knobs.compile_mode:
+                self.budget.held = result.trial.knobs.without_loader()
         return results
 
     def _check_compile_cache(self, results: list[TrialResult]) -> None:
@@ -140,9 +145,9 @@ class Search:
         """Trials changing one knob of the incumbent; none for knobs the script fixes."""
         if changed in self.facts.fixed_knobs:
             return []
-        return [self.trial(self.incumbent.replace(**{changed: v}), check)
-                for v in values if (changed, v) not in self.banned
-                and v != getattr(self.incumbent, changed)]
+        points = [self.incumbent.replace(**{changed: v}) for v in values
+                  if (changed, v) not in self.banned and v != getattr(self.incumbent, changed)]
+        return [self.trial(k, check or self.judge.needs_check(k)) for k in points]
 
     def compare(self, stage: str, trials: list[Trial],
                 stop: Callable[[TrialResult], bool] | None = None,
@@ -466,7 +471,7 @@ class Search:
             if self.worth_trying(ceiling):
                 self.run_stage("compile")
                 if self.incumbent.compile_mode and "loader" in self.options.groups:
-                    self.run_stage("deeper_prefetch")
+                    self.run_stage("loader_after_compile")
             else:
                 self.note(ceiling.skipped())
         self.budget.reserve_s = 0.0
@@ -515,7 +520,7 @@ class Search:
                       and (again or self.ceiling(name).factor < self.ceiling("compile").factor)
                       and not (name == "loader_extras" and not again
                                and prefetch_to_try(self, self.incumbent_result)))
-        self.low_impact = low_impact or name == "deeper_prefetch"
+        self.low_impact = low_impact or name == "loader_after_compile"
         # held through the stage once it fitted at its start: a sweep that leaves compile
         # short of its estimate must not free the rest for a race between close settings
         self.compile_fitted = self.compile_to_come and self.budget.compile_fits(self.facts)

@@ -265,19 +265,48 @@ def loader_extras(search: Search) -> None:
     search.compare("loader", pin + prefetch, rounds=LOW_IMPACT_ROUNDS if prefetch_only else None)
 
 
-@stage("deeper_prefetch")
-def deeper_prefetch(search: Search) -> None:
-    """After compile, the deeper prefetch alone: compile shortens the step, and workers
-    that kept up with the eager step may not keep up with the compiled one."""
+@stage("loader_after_compile")
+def loader_after_compile(search: Search) -> None:
+    """After compile, the loader again where the compiled loop waits for data: compile
+    shortens the step, and workers that kept up with the eager step may not keep up with
+    the compiled one. The workers the compiled run's breakdown predicts, a deeper prefetch,
+    or both, beside the compiled incumbent (loader knobs leave its graphs alone)."""
     before = search.budget.typical
-    if before is None or not prefetch_to_try(search, before):
+    trials = loader_after_compile_trials(search, before)
+    if not trials:
         return
-    search.compare("deeper_prefetch", search.candidates("prefetch_factor", [DEEPER_PREFETCH]))
+    search.compare("loader_after_compile", trials)
     # this stage's process compiled (warm) first: later estimates keep the warm-up a re-run
     # in the compiling process has, as after the compile stage
     after = search.budget.typical
-    if after is not None:
+    if after is not None and before is not None:
         search.budget.typical = replace(after, warmup_s=before.warmup_s)
+
+
+def loader_after_compile_trials(search: Search, result: TrialResult | None,
+                                share: float = PREFETCH_WAIT_SHARE) -> list[Trial]:
+    """The loader's candidates beside ``result``, a compiled run of the incumbent waiting
+    for data more than ``share`` of the step: the workers its breakdown predicts where more
+    than the incumbent's (pinned on CUDA where no pin was decided; on a CPU also with the
+    threads they leave), and a deeper prefetch (see :func:`prefetch_to_try`)."""
+    knobs, facts = search.incumbent, search.facts
+    if result is None or "loader" not in search.options.groups \
+            or (result.data_wait_share or 0) <= share:
+        return []
+    trials = []
+    current = knobs.num_workers or 0
+    more = [n for n in policy.predicted_workers(result, facts, current) if n > current][:1]
+    if more and "num_workers" not in facts.fixed_knobs and \
+            ("num_workers", more[0]) not in search.banned:
+        point = knobs.replace(num_workers=more[0])
+        if facts.on_cuda and knobs.pin_memory is None and "pin_memory" not in \
+                facts.fixed_knobs and ("pin_memory", True) not in search.banned:
+            point = point.replace(pin_memory=True)
+        trial = search.trial(point, check=search.judge.needs_check(point))
+        trials += [trial, *(_leftover_threads(search, trial) if _shares_cores(search) else [])]
+    if prefetch_to_try(search, result, share):
+        trials += search.candidates("prefetch_factor", [DEEPER_PREFETCH])
+    return trials
 
 
 def prefetch_to_try(search: Search, result: TrialResult | None,
@@ -369,7 +398,7 @@ def compile_(search: Search) -> None:
     elif policy.graphs_first(search.budget.typical):
         modes.reverse()  # the budget may hold one compile: the mode that removes the host
     for trial in search.candidates("compile_mode", modes, check=True):
-        search.budget.reserve_s = _prefetch_reserve(search, search.budget.typical)
+        search.budget.reserve_s = _loader_reserve(search, search.budget.typical)
         if search.budget.affordable(2, extra_s=COMPILE_GUESS_S) < 2:
             needed = search.budget.shortfall(2, extra_s=COMPILE_GUESS_S)
             search.note(f"compile: {trial.knobs.compile_mode} skipped, "
@@ -385,7 +414,7 @@ def compile_(search: Search) -> None:
         # compile shortens the step and can leave the loop waiting for data: a deeper
         # prefetch is tried after this stage, and the race leaves room for it
         search.budget.reserve_s = max(search.budget.reserve_s,
-                                      _prefetch_reserve(search, result, reference))
+                                      _loader_reserve(search, result, reference))
         # gains are often within noise; the race decides against the gain that repays the
         # compile (or min_gain, the larger), the figure the decision below needs
         runs = search.race([reference, result], COMPILE_RACE_ROUNDS,
@@ -458,15 +487,15 @@ def _first_compile_process(search: Search, trial: Trial) -> FirstProcess | None:
     return reference, result, paired
 
 
-def _prefetch_reserve(search: Search, compiled: TrialResult | None,
-                      like: TrialResult | None = None) -> float:
-    """What the compile stage holds for :func:`deeper_prefetch` (0 when ``compiled``, a
-    compiled run, hints at no wait or the incumbent is not compiled): a process that
-    compiles from the run's cache, then the compiled incumbent, the candidate and the
+def _loader_reserve(search: Search, compiled: TrialResult | None,
+                    like: TrialResult | None = None) -> float:
+    """What the compile stage holds for :func:`loader_after_compile` (0 when ``compiled``,
+    a compiled run, hints at no wait or the incumbent is not compiled): a process that
+    compiles from the run's cache, then the compiled incumbent, a candidate and the
     incumbent again, each like ``like`` (default: the incumbent's run). Held on a hint, it
-    returns to the confirmation when the trial is not called for."""
+    returns to the confirmation when the stage is not called for."""
     if compiled is None or not compiled.trial.knobs.compile_mode \
-            or not prefetch_to_try(search, compiled, PREFETCH_HINT_SHARE):
+            or not loader_after_compile_trials(search, compiled, PREFETCH_HINT_SHARE):
         return 0.0
     budget = search.budget
     return (budget.plan_startup_seconds() + budget.warm_compile_seconds()
