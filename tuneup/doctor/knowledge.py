@@ -82,12 +82,14 @@ class Variant:
         return versions.cuda_from_tag(self.name) or ""
 
 
-def _read(name: str) -> list[dict[str, str]]:
+def read_table(name: str) -> list[dict[str, str]]:
+    """The rows of one CSV table in :data:`DATA_DIR` by header; uncached (callers cache)."""
     with open(DATA_DIR / name, newline="", encoding="utf-8") as handle:
         return list(csv.DictReader(handle))
 
 
-def _split(cell: str) -> tuple[str, ...]:
+def split_cell(cell: str) -> tuple[str, ...]:
+    """A table cell holding a space-separated list (``"sm_80 sm_86"``) as its items."""
     return tuple(cell.split())
 
 
@@ -122,12 +124,12 @@ def mm_text(cc: CC) -> str:
 
 @cache
 def _driver_rows() -> list[dict[str, str]]:
-    return _read("cuda_drivers.csv")
+    return read_table("cuda_drivers.csv")
 
 
 @cache
 def _mvc_rows() -> dict[int, dict[str, str]]:
-    return {int(row["major"]): row for row in _read("cuda_mvc.csv")}
+    return {int(row["major"]): row for row in read_table("cuda_mvc.csv")}
 
 
 def _driver_column(os_family: str | None) -> str:
@@ -222,7 +224,7 @@ def normalise_gpu_name(name: str) -> str:
 def _compile_rows(table: str) -> list[_GpuRow]:
     return [
         _GpuRow(re.compile(rf"\b(?:{r['pattern']})\b"), r["cc"], r["source"], r.get("family"))
-        for r in _read(table)
+        for r in read_table(table)
     ]
 
 
@@ -269,7 +271,7 @@ def compute_capability(gpu_name: str | None) -> str | None:
 @cache
 def _arch_rows() -> dict[CC, Arch]:
     table = {}
-    for r in _read("architectures.csv"):
+    for r in read_table("architectures.csv"):
         cc = cc_tuple(r["cc"])
         if cc is not None:
             table[cc] = Arch(
@@ -332,7 +334,7 @@ def arch_covers(
 
 @cache
 def _features() -> list[dict[str, str]]:
-    return _read("features.csv")
+    return read_table("features.csv")
 
 
 def hardware_features(cc: str) -> dict[str, bool]:
@@ -352,7 +354,7 @@ def hardware_features(cc: str) -> dict[str, bool]:
 @cache
 def releases() -> tuple[Release, ...]:
     rows = []
-    for r in _read("torch_releases.csv"):
+    for r in read_table("torch_releases.csv"):
         rows.append(
             Release(
                 r["release"],
@@ -360,15 +362,15 @@ def releases() -> tuple[Release, ...]:
                 r["python_min"],
                 r["python_max"],
                 r["pypi_default"],
-                _split(r["variants"]),
-                _split(r["rocm_variants"]),
+                split_cell(r["variants"]),
+                split_cell(r["rocm_variants"]),
                 r["status"] == VERIFIED,
                 r["source"],
                 tuple(
                     tuple(pair.split(":", 1))  # type: ignore[misc]
-                    for pair in _split(r.get("python_max_by_os") or "")
+                    for pair in split_cell(r.get("python_max_by_os") or "")
                 ),
-                _split(r.get("experimental") or ""),
+                split_cell(r.get("experimental") or ""),
             )
         )
     return tuple(sorted(rows, key=lambda rel: versions.major_minor(rel.release) or (0, 0)))
@@ -383,13 +385,13 @@ def torch_release(version: str | None) -> Release | None:
 @cache
 def _variants() -> dict[tuple[str, str, str], Variant]:
     table = {}
-    for r in _read("torch_variants.csv"):
+    for r in read_table("torch_variants.csv"):
         table[(r["release"], r["variant"], r["platform"])] = Variant(
             r["release"],
             r["variant"],
             r["platform"],
-            _split(r["arches"]),
-            _split(r["ptx"]),
+            split_cell(r["arches"]),
+            split_cell(r["ptx"]),
             r["cudnn"] or None,
             r["nccl"] or None,
             r["status"] == VERIFIED,
@@ -430,7 +432,7 @@ def variant(release: str, name: str, platform: str = "linux") -> Variant | None:
 
 @cache
 def _platform_defaults() -> dict[str, dict[str, str]]:
-    return {r["os_family"]: r for r in _read("pypi_platform_defaults.csv")}
+    return {r["os_family"]: r for r in read_table("pypi_platform_defaults.csv")}
 
 
 def default_variant(release: Release, os_family: str | None) -> tuple[str, bool]:
@@ -485,7 +487,7 @@ def install_fix_text(version: str, variant_name: str) -> str:
 def _release_dates() -> dict[str, tuple[str, bool]]:
     """``torch_release_dates.csv`` by release, read once."""
     return {r["release"]: (r["date"], r["status"] == VERIFIED)
-            for r in _read("torch_release_dates.csv")}
+            for r in read_table("torch_release_dates.csv")}
 
 
 def release_date(release: str) -> tuple[str, bool] | None:

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from functools import cache
 
-from tuneup.doctor.knowledge import VERIFIED, _read
+from tuneup.doctor.knowledge import VERIFIED, read_table
 
 # ".nv25.02" as NGC prints it, ".nv25.2" as pip normalises it; JetPack wheels use the same tag.
 _TAG = re.compile(r"\.nv(\d{2})\.(\d{1,2})$", re.IGNORECASE)
@@ -42,7 +42,7 @@ def containers() -> tuple[Container, ...]:
     return tuple(
         Container(r["container"], r["torch"], r["cuda"] or None, r["cudnn"] or None,
                   r["nccl"] or None, r["status"] == VERIFIED, r["source"])
-        for r in _read("ngc_pytorch.csv")
+        for r in read_table("ngc_pytorch.csv")
     )
 
 

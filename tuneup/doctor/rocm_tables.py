@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 from functools import cache
 
-from tuneup.doctor.knowledge import VERIFIED, _read, _split
+from tuneup.doctor.knowledge import VERIFIED, read_table, split_cell
 from tuneup.machine import versions
 
 # A gfx target as LLVM names it: gfx803, gfx900, gfx90a, gfx942, gfx1030, gfx1151, gfx1201.
@@ -60,12 +60,12 @@ def _rocm_variant_name(text: str | None) -> str | None:
 @cache
 def _rocm_rows() -> tuple[RocmTargets, ...]:
     rows = []
-    for r in _read("rocm_targets.csv"):
-        targets = tuple(t.lower() for t in _split(r["targets"]))
+    for r in read_table("rocm_targets.csv"):
+        targets = tuple(t.lower() for t in split_cell(r["targets"]))
         rows.append(
             RocmTargets(
                 r["variant"].strip().lower(),
-                _split(r["torch"]),
+                split_cell(r["torch"]),
                 targets,
                 targets,
                 r["status"] == VERIFIED,
@@ -170,7 +170,7 @@ def _amd_patterns() -> tuple[_AmdRow, ...]:
             r["status"] == VERIFIED,
             r["source"],
         )
-        for r in _read("amd_gpus.csv")
+        for r in read_table("amd_gpus.csv")
     )
 
 
