@@ -169,5 +169,18 @@ def test_an_interpreter_banner_gives_its_build_date(line, built):
     """sys.version carries the day the interpreter was built; noted where torch is missing,
     the one case the Python rule dates the interpreter (TU706)."""
     from tuneup.doctor.readers.facts import noted_value
-    assert noted_value(read_report(f"PyTorch version: N/A\n{line}\n"), "python.built") == built
-    assert noted_value(read_report(f"PyTorch version: 2.1.0\n{line}\n"), "python.built") is None
+    missing, installed = (read_report(f"PyTorch version: {v}\n{line}\n") for v in ("N/A", "2.1.0"))
+    assert noted_value(missing, "python.built") == built
+    assert noted_value(installed, "python.built") is None
+    assert missing.platform.python_built == built.split()[1]
+    assert installed.platform.python_built is None
+
+
+def test_a_build_date_is_kept_only_for_the_interpreter_the_text_names():
+    """The banner may stand before the line naming the Python; a banner of another Python
+    (a second interpreter pasted alongside) dates nothing."""
+    banner = "3.12.0 | packaged by conda-forge | (main, Oct  3 2023, 08:43:22) [GCC 12.3.0]"
+    later = read_report(f"PyTorch version: N/A\n{banner}\nmy Python is 3.12.0\n")
+    other = read_report(f"PyTorch version: N/A\n{banner}\nmy Python is 3.11.4\n")
+    assert (later.platform.python_version, later.platform.python_built) == ("3.12.0", "2023-10-03")
+    assert (other.platform.python_version, other.platform.python_built) == ("3.11.4", None)

@@ -104,6 +104,7 @@ class Platform:
     python_version: str | None = None  # "3.12.9"
     python_implementation: str | None = None
     python_bits: int | None = None  # 64 or 32: no PyTorch wheel was ever built for 32
+    python_built: str | None = None  # day sys.version says it was built, "2023-10-03"
     os: str | None = None  # "Ubuntu 24.04.4 LTS (x86_64)" or "Windows 10"
     os_family: str | None = None  # "linux", "windows", "darwin"
     kernel: str | None = None

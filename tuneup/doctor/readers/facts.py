@@ -143,7 +143,9 @@ def read_facts(text: str) -> list[Fact]:
 def apply_facts(snap: Snapshot, facts: list[Fact]) -> None:
     """Fill what the format readers left unknown, each fact noted with the line it came from."""
     used: list[Fact] = []
-    for name in dict.fromkeys(fact.name for fact in facts):
+    names = list(dict.fromkeys(fact.name for fact in facts))
+    # python.built is set only for the interpreter python_version names: settle that first
+    for name in sorted(names, key=lambda name: name == "python.built"):
         found = [fact for fact in facts if fact.name == name]
         values = list(dict.fromkeys(fact.value for fact in found))
         fact = found[0] if len(values) == 1 else Fact(name, values[0], found[0].line, sure=False)
@@ -152,7 +154,7 @@ def apply_facts(snap: Snapshot, facts: list[Fact]) -> None:
         elif len(values) > 1 and name == "torch.version" and snap.torch.version is None:
             snap.notes.append(f"the text names several values of {name} ({', '.join(values[:4])}):"
                               " not settled")
-    for fact in used:
+    for fact in sorted(used, key=lambda fact: names.index(fact.name)):
         doubt = "" if fact.sure else " (the text is not unambiguous here)"
         snap.notes.append(f"read from the text: {fact.name} = {fact.value}{doubt}, "
                           f"from '{_quote(fact.line)}'")
@@ -533,9 +535,17 @@ def _set_cudnn(snap: Snapshot, fact: Fact, values: list[str]) -> bool:
 
 
 def _set_python_built(snap: Snapshot, fact: Fact, values: list[str]) -> bool:
-    """Noted only where torch is missing: the Python rule then dates the interpreter against
-    the first torch release with wheels for it (elsewhere the date says nothing)."""
-    return len(values) == 1 and (snap.torch.importable is False or snap.torch.installed is False)
+    """Set only where torch is missing: the Python rule then dates the interpreter against
+    the first torch release with wheels for it (elsewhere the date says nothing). The banner's
+    version must be the interpreter's: a date of another Python dates nothing here."""
+    plat, torch = snap.platform, snap.torch
+    if len(values) != 1 or (torch.importable is not False and torch.installed is not False):
+        return False
+    version, _, day = values[0].partition(" ")
+    if plat.python_built is not None or version != plat.python_version:
+        return False
+    plat.python_built = day
+    return True
 
 
 def _set_nothing(snap: Snapshot, fact: Fact, values: list[str]) -> bool:

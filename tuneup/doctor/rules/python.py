@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from tuneup.doctor import knowledge as kb
 from tuneup.doctor.findings import ERROR, WARNING
-from tuneup.doctor.readers.facts import noted_value
 from tuneup.doctor.rules.context import Context
 from tuneup.machine import versions
 
@@ -114,12 +113,12 @@ def _predates_wheels(ctx: Context, python: str, fitting: list[kb.Release]) -> No
     torch = ctx.snap.torch
     if torch.importable is not False and torch.installed is not False:
         return
-    built = (noted_value(ctx.snap, "python.built") or "").split()
-    if len(built) != 2 or built[0] != python:
-        return
+    built = ctx.snap.platform.python_built
+    if built is None or python != ctx.snap.platform.python_version:
+        return  # no date, or a requested Python the date is not of
     first = fitting[0]
     dated = kb.release_date(first.release)
-    if dated is None or built[1] >= dated[0]:
+    if dated is None or built >= dated[0]:
         return
     earlier = [r for r in kb.releases()
                if versions.major_minor(r.release) < versions.major_minor(first.release)]
@@ -129,7 +128,7 @@ def _predates_wheels(ctx: Context, python: str, fitting: list[kb.Release]) -> No
     ctx.add(
         "TU706",
         WARNING,
-        f"torch is not importable, and this Python {python} was built on {built[1]}, before "
+        f"torch is not importable, and this Python {python} was built on {built}, before "
         f"torch {first.release} ({dated[0]}{'' if dated[1] else ', an UNVERIFIED date'}), the "
         f"first release with Python {mm} wheels{where}: "
         f"no torch older than {first.release} installs on it (pip: 'from versions: none', or only "
