@@ -75,8 +75,9 @@ def test_after_a_deeper_prefetch_estimates_count_a_compiled_rerun_warm(prefetche
 @pytest.mark.parametrize("prefetched", [0.98, 1.02])
 def test_a_deeper_prefetch_inside_the_tie_zone_is_kept_only_when_faster(prefetched):
     """A deeper prefetch costs two more batches per worker in shared memory and changes
-    nothing the model sees, so it is no heavier than the default: 2 % faster (inside the 3 % tie zone, as on
-    train_images after compile) it is kept, stage and confirmation alike; 2 % slower, not."""
+    nothing the model sees, so it is no heavier than the default: 2 % faster (inside the 3 %
+    tie zone, as on train_images after compile) it is kept, stage and confirmation alike;
+    2 % slower, not."""
     options = Options(groups=frozenset({"loader", "compile"}))
     tuner, _ = search(lambda k: compile_outpaces_the_loader(k, prefetched), options, budget=240)
     outcome = tuner.run()

@@ -89,7 +89,8 @@ class Judge:
         knobs = result.trial.knobs
         if knobs.micro_batch_size is not None and result.micro_batch_blocked:
             # whole batches ran: its speed is not the micro-batch's, and the run would refuse it
-            return f"micro_batch_size={knobs.micro_batch_size} not applied: {result.micro_batch_blocked}"
+            return (f"micro_batch_size={knobs.micro_batch_size} not applied: "
+                    f"{result.micro_batch_blocked}")
         if result.trial.check:
             drift = loss_drift(result.check_losses, self.reference_losses)
             if drift > self.options.loss_tolerance:
