@@ -212,6 +212,9 @@ class Replay:
     def live_process(self) -> bool:
         return self.alive
 
+    def held_graphs(self) -> Knobs | None:
+        return self.compiled if self.alive else None
+
     def run(self, trials: list[Trial], stop: Callable[[TrialResult], bool] | None = None
             ) -> list[TrialResult]:
         if not self.alive:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 import subprocess
 import sys
 import textwrap
@@ -11,7 +12,7 @@ import time
 import psutil
 import pytest
 
-from tuneup.autotune.runner import Runner, process_tree_memory
+from tuneup.autotune.runner import Runner, _Process, process_tree_memory
 from tuneup.autotune.trials import Trial, TrialResult
 from tuneup.errors import ScriptError
 from tuneup.settings import Knobs
@@ -282,3 +283,16 @@ def test_forked_workers_count_the_pages_they_share_once(tmp_path):
             child.kill()
         process.kill()
         process.wait()
+
+
+def test_a_process_holds_the_graphs_of_the_compiled_trial_it_started_last():
+    """The child keeps the graphs of the compiled knobs it ran last (an eager trial between
+    leaves them; loader knobs share them): what the search prices a confirmation by."""
+    process = _Process(popen=None, files=[], stderr=Path("err"), started=0.0,  # type: ignore[arg-type]
+                       next_plan=Path("plan"), marker="m", journal=Path("journal"))
+    assert process.graphs is None
+    process.trial_started(Knobs(num_workers=2, compile_mode="default"))
+    process.trial_started(Knobs(num_workers=4))
+    assert process.graphs == Knobs(compile_mode="default")
+    process.trial_started(Knobs(compile_mode="reduce-overhead"))
+    assert process.graphs == Knobs(compile_mode="reduce-overhead")

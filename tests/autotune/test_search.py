@@ -53,6 +53,9 @@ class Recorded:
     def live_process(self) -> bool:
         return self.reuse and bool(self.plans)
 
+    def held_graphs(self) -> Knobs | None:
+        return self.compiled if self.live_process() else None
+
     def run(self, trials, stop=None):
         """One process: as the child, it keeps the graphs of the compiled knobs it ran last,
         so a re-run of them (or of them with other loader knobs) pays no compile time; knobs

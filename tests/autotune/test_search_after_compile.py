@@ -10,8 +10,8 @@ import pytest
 from test_search import CUDA, compute_bound, record, search
 from tuneup.autotune.search import Change, Options, describe
 from tuneup.autotune.search.confirm import simpler_alternative
-from tuneup.autotune.search.stages import (_loader_reserve, loader_after_compile_trials,
-                                           prefetch_to_try)
+from tuneup.autotune.search.stages import _loader_reserve, loader_after_compile_trials
+from tuneup.autotune.space import ScriptFacts
 from tuneup.autotune.trials import Trial, TrialResult
 from tuneup.settings import Knobs
 
@@ -138,11 +138,11 @@ def test_the_confirmation_doubts_a_change_of_no_weight_last():
     assert simpler_alternative(tuner) == deeper.replace(micro_batch_size=None)
 
 
-def test_compile_holds_room_for_a_deeper_prefetch_on_a_hint_of_waiting():
+def test_compile_holds_room_for_the_loader_after_it_on_a_hint_of_waiting():
     """One compiled window waiting 7 % of the step is a hint (train_images: 9 % in the
     first compiled window, 11-14 % in the race's, and the trial was then skipped for want
-    of budget): the compile stage holds the deeper prefetch's room on it, and the trial
-    itself still waits for evidence (more than 10 %)."""
+    of budget): the compile stage holds the stage's room on it, and the stage itself still
+    waits for evidence (more than 10 %)."""
     tuner, _ = search(compile_outpaces_the_loader, Options(groups=frozenset({"loader", "compile"})))
     tuner.incumbent = Knobs(num_workers=2)
     compiled = Knobs(num_workers=2, compile_mode="default")
@@ -151,7 +151,8 @@ def test_compile_holds_room_for_a_deeper_prefetch_on_a_hint_of_waiting():
         return TrialResult.from_event(Trial(describe(compiled), compiled), record(0.05, wait=wait))
 
     assert _loader_reserve(tuner, run(0.07), run(0.07)) > 0
-    assert not prefetch_to_try(tuner, run(0.07)) and prefetch_to_try(tuner, run(0.12))
+    assert not loader_after_compile_trials(tuner, run(0.07))
+    assert loader_after_compile_trials(tuner, run(0.12))
     assert _loader_reserve(tuner, run(0.02), run(0.02)) == 0
 
 
@@ -224,6 +225,22 @@ def test_cuda_graphs_over_micro_batches_are_loss_checked_after_compile_too():
     trials = loader_after_compile_trials(tuner, run)
     assert trials and all(t.check for t in trials)
     assert {t.knobs.num_workers for t in trials} == {4, 2}  # the workers; the prefetch
+
+
+def test_a_cpu_gets_no_thread_count_after_compile():
+    """The eager loader stage pairs each worker count with the threads it leaves; after
+    compile that pair would compile new graphs (threads are no loader knob): workers only."""
+    options = Options(groups=frozenset({"loader", "compile", "threads"}))
+    facts = ScriptFacts(device="cpu", effective_batch=256, amp_dtypes=(), compile_available=True,
+                        cpu_threads=16, usable_cores=16)
+    tuner, _ = search(compile_outgrows_the_workers, options, facts=facts)
+    tuner.judge.facts = facts
+    tuner.incumbent = Knobs(num_workers=2, compile_mode="default")
+    run = TrialResult.from_event(Trial("compiled", tuner.incumbent),
+                                 compile_outgrows_the_workers(tuner.incumbent))
+    trials = loader_after_compile_trials(tuner, run)
+    assert [t.knobs for t in trials] == [tuner.incumbent.replace(num_workers=4),
+                                         tuner.incumbent.replace(prefetch_factor=4)]
 
 
 def test_the_confirmation_reserve_counts_no_compile_a_waiting_process_holds():

@@ -19,6 +19,9 @@ class Executor:
     def live_process(self) -> bool:
         return self.live
 
+    def held_graphs(self) -> None:
+        return None
+
 
 def test_a_compile_in_the_waiting_process_is_priced_without_a_start_up():
     """The compile stage goes on in the process that waits for it: holding a start-up for

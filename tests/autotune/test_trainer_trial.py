@@ -183,6 +183,9 @@ def test_the_budget_prices_a_start_up_for_each_trial_of_a_trainer():
         def live_process(self) -> bool:
             return False
 
+        def held_graphs(self) -> None:
+            return None
+
     executor = Executor()
     many = Budget(executor)
     executor_one = Executor()

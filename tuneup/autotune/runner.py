@@ -101,12 +101,15 @@ class _Process:
     waits: bool = False  # its hello said it waits for a next plan after its last trial
     last_knobs: Knobs | None = None  # of the trial it started last, whatever its plan
     previous_knobs: Knobs | None = None  # of the one before that
+    graphs: Knobs | None = None  # the compiled graphs it holds (the child keeps the last)
 
     def __post_init__(self) -> None:
         self.ranks = RankEvents(len(self.files)) if len(self.files) > 1 else None
 
     def trial_started(self, knobs: Knobs) -> None:
         self.previous_knobs, self.last_knobs = self.last_knobs, knobs
+        if knobs.compile_mode:
+            self.graphs = knobs.without_loader()
 
     def reusable(self) -> bool:
         """It waits for a next plan, and runs."""
@@ -248,6 +251,12 @@ class Runner:
         """Whether the next :meth:`run` goes on in a process already started (no start-up
         to pay): one that finished its plan, or was paused by an early stop, and waits."""
         return self._process is not None and self._process.reusable()
+
+    def held_graphs(self) -> Knobs | None:
+        """The compiled graphs the waiting process holds (None: none waits, or it compiled
+        nothing): its next trial of the same knobs, loader knobs aside, compiles nothing."""
+        return self._process.graphs if self._process is not None and self.live_process() \
+            else None
 
     def close(self) -> None:
         """Kill a running child (Ctrl-C, errors) and remove the work files."""

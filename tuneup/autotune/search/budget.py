@@ -35,6 +35,10 @@ class Executor(Protocol):
     def live_process(self) -> bool:
         """Whether the next :meth:`run` goes on in a process that waits for it."""
 
+    def held_graphs(self) -> Knobs | None:
+        """The compiled graphs (knobs less the loader's) that waiting process holds, None
+        where no process waits or it compiled nothing."""
+
 
 class Budget:
     """Time estimates from what has been measured so far.
@@ -53,7 +57,6 @@ class Budget:
         self.typical: TrialResult | None = None
         self.reserve_s = 0.0
         self.compile_s = 0.0
-        self.held: Knobs | None = None  # the compiled graphs the live process holds
 
     def time_left(self) -> float:
         return self.executor.time_left()
@@ -126,23 +129,18 @@ class Budget:
         return self.plan_startup_seconds() + compile_s + rounds
 
     def holds_pick(self) -> bool:
-        """Whether a process waits holding the graphs a compiled pick would run: the
-        incumbent's where it is compiled, else those compiled last (a race's compiled
-        contender): the confirmation runs in it without compiling again."""
+        """Whether a waiting process holds the graphs the confirmation would compile: the
+        incumbent's where it is compiled; while it is eager (the compile stage's race), any
+        (those of the race's compiled contender, the pick should compile win)."""
         knobs = self.typical.trial.knobs if self.typical is not None else None
-        held = self.live_held()
+        held = self.executor.held_graphs()
         return held is not None and knobs is not None and (
             not knobs.compile_mode or knobs.without_loader() == held)
-
-    def live_held(self) -> Knobs | None:
-        """The compiled graphs a waiting process holds (None: no process waits, or it
-        compiled nothing)."""
-        return self.held if self.executor.live_process() else None
 
     def affordable(self, trials: int, extra_s: float = 0.0, confirmation: bool = True) -> int:
         """How many of ``trials`` fit in the budget after a reserve for one confirmation round
         (unless ``confirmation`` is False) and ``reserve_s`` (in low-impact stages, the
-        compile stage still to come; in the compile stage, the deeper prefetch after it)."""
+        compile stage still to come; in the compile stage, the loader stage after it)."""
         spare = self._spare(extra_s) + (0.0 if confirmation else self.confirm_reserve())
         return max(0, min(trials, int(spare // self.trial_seconds())))
 

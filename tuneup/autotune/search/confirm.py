@@ -408,7 +408,7 @@ def _affordable_rounds(search: Search, configs: list[Knobs], slack: float = 0.0)
     warm = budget.warm_compile_seconds() if graphs else 0.0
     per_round += warm * len(graphs) if len(graphs) > 1 else 0.0
     fixed = budget.next_startup_seconds() + (
-        warm if len(graphs) == 1 and graphs != {budget.live_held()} else 0.0)
+        warm if len(graphs) == 1 and graphs != {budget.executor.held_graphs()} else 0.0)
     return max(0, min(MAX_ROUNDS, int((budget.time_left() * (1 - slack) - fixed) // per_round)))
 
 

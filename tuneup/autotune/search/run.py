@@ -88,15 +88,10 @@ class Search:
     def measure(self, trials: list[Trial],
                 stop: Callable[[TrialResult], bool] | None = None) -> list[TrialResult]:
         fresh = not self.executor.live_process()
-        if fresh:
-            self.budget.held = None
         results = self.executor.run(trials, stop)
         self.results.extend(results)
         if fresh:
             self._check_compile_cache(results)
-        for result in results:  # a process keeps the graphs it compiled last
-            if result.ran and result.trial.knobs.compile_mode:
-                self.budget.held = result.trial.knobs.without_loader()
         return results
 
     def _check_compile_cache(self, results: list[TrialResult]) -> None:

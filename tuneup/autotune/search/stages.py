@@ -270,14 +270,15 @@ def loader_after_compile(search: Search) -> None:
     """After compile, the loader again where the compiled loop waits for data: compile
     shortens the step, and workers that kept up with the eager step may not keep up with
     the compiled one. The workers the compiled run's breakdown predicts, a deeper prefetch,
-    or both, beside the compiled incumbent (loader knobs leave its graphs alone)."""
+    or both, beside the compiled incumbent: loader knobs leave its graphs alone, so the
+    process that holds them compiles nothing for these trials."""
     before = search.budget.typical
     trials = loader_after_compile_trials(search, before)
     if not trials:
         return
     search.compare("loader_after_compile", trials)
-    # this stage's process compiled (warm) first: later estimates keep the warm-up a re-run
-    # in the compiling process has, as after the compile stage
+    # where the plan began in a fresh process its first run compiled (warm): later
+    # estimates keep the warm-up of a re-run in a process that holds the graphs
     after = search.budget.typical
     if after is not None and before is not None:
         search.budget.typical = replace(after, warmup_s=before.warmup_s)
@@ -287,8 +288,9 @@ def loader_after_compile_trials(search: Search, result: TrialResult | None,
                                 share: float = PREFETCH_WAIT_SHARE) -> list[Trial]:
     """The loader's candidates beside ``result``, a compiled run of the incumbent waiting
     for data more than ``share`` of the step: the workers its breakdown predicts where more
-    than the incumbent's (pinned on CUDA where no pin was decided; on a CPU also with the
-    threads they leave), and a deeper prefetch (see :func:`prefetch_to_try`)."""
+    than the incumbent's (pinned on CUDA where pinning was never measured), and a deeper
+    prefetch (see :func:`prefetch_to_try`). Loader knobs only: a CPU's threads, which the
+    eager loader stage pairs with its workers, would compile new graphs."""
     knobs, facts = search.incumbent, search.facts
     if result is None or "loader" not in search.options.groups \
             or (result.data_wait_share or 0) <= share:
@@ -299,11 +301,11 @@ def loader_after_compile_trials(search: Search, result: TrialResult | None,
     if more and "num_workers" not in facts.fixed_knobs and \
             ("num_workers", more[0]) not in search.banned:
         point = knobs.replace(num_workers=more[0])
-        if facts.on_cuda and knobs.pin_memory is None and "pin_memory" not in \
-                facts.fixed_knobs and ("pin_memory", True) not in search.banned:
+        pinned = any(r.trial.knobs.pin_memory for r in search.results)
+        if facts.on_cuda and knobs.pin_memory is None and not pinned and \
+                "pin_memory" not in facts.fixed_knobs and ("pin_memory", True) not in search.banned:
             point = point.replace(pin_memory=True)
-        trial = search.trial(point, check=search.judge.needs_check(point))
-        trials += [trial, *(_leftover_threads(search, trial) if _shares_cores(search) else [])]
+        trials.append(search.trial(point, check=search.judge.needs_check(point)))
     if prefetch_to_try(search, result, share):
         trials += search.candidates("prefetch_factor", [DEEPER_PREFETCH])
     return trials
@@ -411,8 +413,8 @@ def compile_(search: Search) -> None:
         # a compiled pick's confirmation compiles once more: the race leaves room for it
         search.budget.compile_s = max(search.budget.compile_s,
                                       _compile_seconds([result], [reference]))
-        # compile shortens the step and can leave the loop waiting for data: a deeper
-        # prefetch is tried after this stage, and the race leaves room for it
+        # compile shortens the step and can leave the loop waiting for data: the loader is
+        # tried again after this stage, and the race leaves room for it
         search.budget.reserve_s = max(search.budget.reserve_s,
                                       _loader_reserve(search, result, reference))
         # gains are often within noise; the race decides against the gain that repays the
@@ -491,8 +493,9 @@ def _loader_reserve(search: Search, compiled: TrialResult | None,
                     like: TrialResult | None = None) -> float:
     """What the compile stage holds for :func:`loader_after_compile` (0 when ``compiled``,
     a compiled run, hints at no wait or the incumbent is not compiled): a process that
-    compiles from the run's cache, then the compiled incumbent, a candidate and the
-    incumbent again, each like ``like`` (default: the incumbent's run). Held on a hint, it
+    compiles from the run's cache, then three trials like ``like`` (default: the
+    incumbent's run): the compiled incumbent, its first candidate and the incumbent again
+    (a second candidate runs where the budget has room beyond this). Held on a hint, it
     returns to the confirmation when the stage is not called for."""
     if compiled is None or not compiled.trial.knobs.compile_mode \
             or not loader_after_compile_trials(search, compiled, PREFETCH_HINT_SHARE):
