@@ -280,3 +280,19 @@ def test_the_fingerprint_of_a_machine_without_a_gpu(no_gpu):
     current = fingerprint.current()
     assert (current["gpu_count"], current["gpu_model"], current["driver"]) == (0, None, None)
     assert current["torch_cuda"] is None
+
+
+@pytest.mark.parametrize(("stamp", "day"), [
+    ("Oct  7 2024 12:00:00", "2024-10-07"),  # platform.python_build()'s date: two spaces
+    ("Dec 25 2023", "2023-12-25"),
+    ("", None),
+    ("built yesterday", None),
+])
+def test_a_compilers_build_date_reads_as_an_iso_day(stamp, day):
+    assert host.build_day(stamp) == day
+
+
+def test_the_live_platform_carries_the_interpreters_build_day(monkeypatch):
+    """What TU706 dates the interpreter by, read from the interpreter itself."""
+    monkeypatch.setattr(host.platform, "python_build", lambda: ("main", "Oct  7 2024 12:00:00"))
+    assert host.probe_platform().python_built == "2024-10-07"

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from tuneup.doctor.messages import SCANNED_CHARS
 from tuneup.machine import versions
+from tuneup.machine.probe.host import build_day
 from tuneup.machine.snapshot import GPU, Snapshot
 
 _VERSION = r"\d+\.\d+(?:\.\d+)*(?:\.?(?:dev|a|b|rc|post)\d*)?(?:\+[\w.]+)?"
@@ -91,7 +92,6 @@ _OS = re.compile(
 _PYTHON_BUILT = re.compile(
     r"\b(3\.\d{1,2}\.\d+)\b[^\n]{0,80}?\([^(),\n]{0,60},\s*"
     r"(Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)\s+(\d{1,2})\s+(\d{4}),\s*\d{1,2}:\d\d:\d\d\)")
-_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
 _NCCL = re.compile(r"\bNCCL(?:\s+version)?\s*[:=]?\s*v?(2\.\d+\.\d+)\b", re.IGNORECASE)
 _CUDNN = re.compile(r"\bcuDNN(?:\s+version)?\s*(?:is\s+|[:=]\s*)?v?(\d{1,2}\.\d+(?:\.\d+)*)\b",
                     re.IGNORECASE)
@@ -285,9 +285,8 @@ def _named_facts(line: str) -> list[Fact]:
         facts.append(Fact("python", python.group(1) or f"3.{python.group(2)}", line))
     built = _PYTHON_BUILT.search(line)
     if built:  # "3.12.0 2023-10-03": the interpreter and the day it was built
-        month = _MONTHS.index(built.group(2)) + 1
-        facts.append(Fact("python.built", f"{built.group(1)} {built.group(4)}-{month:02d}-"
-                          f"{int(built.group(3)):02d}", line))
+        day = build_day(" ".join(built.group(2, 3, 4)))
+        facts.append(Fact("python.built", f"{built.group(1)} {day}", line))
     upgraded = _DRIVER_CHANGE.search(line)
     driver = _DRIVER.search(line) if upgraded is None else None
     if upgraded:

@@ -68,6 +68,21 @@ def _read(path: str) -> str:
         return ""
 
 
+_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+_BUILD_DATE = re.compile(rf"\b({'|'.join(_MONTHS)})\s+(\d{{1,2}})\s+(\d{{4}})\b")
+
+
+def build_day(stamp: str) -> str | None:
+    """A C compiler's ``__DATE__`` ("Oct  7 2024", as ``sys.version`` and
+    ``platform.python_build()`` carry the interpreter's build) as an ISO day
+    ("2024-10-07"); None where ``stamp`` holds none."""
+    match = _BUILD_DATE.search(stamp)
+    if match is None:
+        return None
+    month = _MONTHS.index(match.group(1)) + 1
+    return f"{match.group(3)}-{month:02d}-{int(match.group(2)):02d}"
+
+
 def probe_platform() -> Platform:
     """Python, OS and where this process runs."""
     family = {"linux": "linux", "win32": "windows", "cygwin": "windows", "darwin": "darwin"}
@@ -80,6 +95,7 @@ def probe_platform() -> Platform:
         python_version=platform.python_version(),
         python_implementation=platform.python_implementation(),
         python_bits=64 if sys.maxsize > 2**32 else 32,
+        python_built=build_day(platform.python_build()[1]),
         os=f"{name} ({platform.machine()})" if name else None,
         os_family=os_family,
         kernel=platform.release() or None,
