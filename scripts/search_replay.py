@@ -18,10 +18,11 @@ Landscapes come in three kinds:
 
 For each landscape and budget the search runs once (seeded noise) and the pick's true
 speed is set against the landscape's best over every knob combination (compile's cost
-amortised over the search's expected steps, 5,000 by default, in both). Printed: pick/best by budget and kind, median
-and worst 5 %; and the worst 5 % of pick/reachable, against the best point any search
-could measure once beside the defaults within the budget (start-up, two trials and, for
-a compiled point, its cold compile): the part of the gap no search could close.
+amortised over the search's expected steps, 5,000 by default, in both). Printed: pick/best
+by budget and kind, median and worst 5 %; and the worst 5 % of pick/reachable, against the
+best point any search could measure once beside the defaults within the budget (start-up,
+two trials and, for a compiled point, its cold compile): the part of the gap no search
+could close.
 
     .venv/bin/python scripts/search_replay.py                 # 300 modelled + recorded
     .venv/bin/python scripts/search_replay.py --count 40 --budgets 60
@@ -410,7 +411,6 @@ def reachable_value(land: Landscape, budget: float, expected_steps: int) -> floa
         points = [k for k in land.grid() if land.least_cost(k) <= budget] or [Knobs()]
         REACHABLE[key] = min(land.value(k, expected_steps) for k in points)
     return REACHABLE[key]
-
 
 
 def worst_share(values: list[float], share: float = 0.05) -> float:

@@ -150,4 +150,3 @@ def compile_available(device: torch.device) -> bool:
     if device.type == "cuda":
         return importlib.util.find_spec("triton") is not None
     return any(shutil.which(name) for name in ("c++", "g++", "clang++"))
-

@@ -217,9 +217,10 @@ def install(journal: Path, copies: Path, workdir: Path, script_dir: Path | None 
     the work directory), caches (``~/.cache``, ``~/.triton`` and the folders
     ``TORCHINDUCTOR_CACHE_DIR`` / ``TRITON_CACHE_DIR`` name), the system's own folders and
     the interpreter's library folders are exempt: they hold no file of the user's, and
-    torch's compile caches must stay warm. Not ``sys.prefix`` whole: a project that is its own virtualenv (``python -m
-    venv .``) or an app under ``/usr/local`` lives there; and no folder that holds
-    ``script_dir``. A user's folder under ``/tmp`` is guarded like any other."""
+    torch's compile caches must stay warm. Not ``sys.prefix`` whole: a project that is its
+    own virtualenv (``python -m venv .``) or an app under ``/usr/local`` lives there; and no
+    folder that holds ``script_dir``. A user's folder under ``/tmp`` is guarded like any
+    other."""
     copies.mkdir(parents=True, exist_ok=True)
     journal.touch()  # its presence tells the runner the guard is armed
     guard = WriteGuard(journal, copies, exempt_folders(workdir, script_dir))

@@ -74,9 +74,9 @@ def batch_shape(batch: Any) -> tuple[tuple[int, ...], ...]:
     after step, while an epoch's last, shorter batch does not count."""
     if isinstance(batch, torch.Tensor):
         return (tuple(batch.shape[1:]),)
-    children = batch.values() if isinstance(batch, Mapping) else batch
     if not isinstance(batch, (Mapping, list, tuple)):
         return ()
+    children = batch.values() if isinstance(batch, Mapping) else batch
     return tuple(shape for child in children for shape in batch_shape(child))
 
 

@@ -88,10 +88,11 @@ _OS = re.compile(
     r"|macOS(?:\s\d+(?:\.\d+)*)?|Mac\s1\d(?:\.\d+)+"
     r"|WSL2?)\b", re.IGNORECASE)
 # An interpreter banner (sys.version, which collect_env's "Python version" prints) carries its
-# build date: "3.12.0 | packaged by conda-forge | (main, Oct  3 2023, 08:43:22) [GCC 12.3.0]".
+# build date: "3.12.0 | packaged by conda-forge | (main, Oct  3 2023, 08:43:22) [GCC 12.3.0]"
+# (the day as C's __DATE__ writes it, for build_day to read).
 _PYTHON_BUILT = re.compile(
     r"\b(3\.\d{1,2}\.\d+)\b[^\n]{0,80}?\([^(),\n]{0,60},\s*"
-    r"(Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)\s+(\d{1,2})\s+(\d{4}),\s*\d{1,2}:\d\d:\d\d\)")
+    r"([A-Z][a-z]{2}\s+\d{1,2}\s+\d{4}),\s*\d{1,2}:\d\d:\d\d\)")
 _NCCL = re.compile(r"\bNCCL(?:\s+version)?\s*[:=]?\s*v?(2\.\d+\.\d+)\b", re.IGNORECASE)
 _CUDNN = re.compile(r"\bcuDNN(?:\s+version)?\s*(?:is\s+|[:=]\s*)?v?(\d{1,2}\.\d+(?:\.\d+)*)\b",
                     re.IGNORECASE)
@@ -284,8 +285,8 @@ def _named_facts(line: str) -> list[Fact]:
     if python and "wheels" not in line.lower():  # "only has wheels for cp38": not the interpreter
         facts.append(Fact("python", python.group(1) or f"3.{python.group(2)}", line))
     built = _PYTHON_BUILT.search(line)
-    if built:  # "3.12.0 2023-10-03": the interpreter and the day it was built
-        day = build_day(" ".join(built.group(2, 3, 4)))
+    day = build_day(built.group(2)) if built else None
+    if built and day:  # "3.12.0 2023-10-03": the interpreter and the day it was built
         facts.append(Fact("python.built", f"{built.group(1)} {day}", line))
     upgraded = _DRIVER_CHANGE.search(line)
     driver = _DRIVER.search(line) if upgraded is None else None
