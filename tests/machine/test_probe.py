@@ -7,6 +7,7 @@ import sys
 import types
 
 import pytest
+from packaging.version import Version
 
 from tuneup.machine import probe
 from tuneup.machine import versions
@@ -253,7 +254,9 @@ def test_live_snapshot_on_this_machine():
     assert 0 < snapshot.cpu.usable_cores <= snapshot.cpu.logical_cores
     assert snapshot.cpu.shm_total_bytes > 0 and snapshot.cpu.ram_total_bytes > 0
     assert isinstance(snapshot.cpu.flags, list)
-    assert snapshot.pip_packages["torch"] == snapshot.torch.version
+    # pip's metadata drops the local label torch.__version__ carries ("2.11.0" beside
+    # "2.11.0+cu130" for a PyPI CUDA wheel); download.pytorch.org wheels keep it in both
+    assert Version(snapshot.pip_packages["torch"]).public == Version(snapshot.torch.version).public
 
 
 def test_snapshot_of_a_machine_without_a_gpu(no_gpu):
