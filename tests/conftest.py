@@ -11,6 +11,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+import types
 from collections.abc import Callable
 
 import pytest
@@ -23,12 +24,29 @@ MAX_STRETCH = 6.0
 NO_NVML_NOTE = "NVML is not available (NVML Shared Library Not Found)"
 
 
+def _no_nvml_library() -> types.ModuleType:
+    """``pynvml`` where libnvidia-ml is not installed: its init fails as the real one does."""
+    module = types.ModuleType("pynvml")
+
+    class NVMLError(Exception):
+        pass
+
+    def init() -> None:
+        raise NVMLError("NVML Shared Library Not Found")
+
+    module.NVMLError = NVMLError
+    module.nvmlInit = init
+    return module
+
+
 @pytest.fixture
 def no_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     """This process sees no NVIDIA driver or GPU, and a CPU build of torch.
 
     Faked where the facts enter: the probe's NVIDIA step (what ``probe_nvidia`` returns where
-    there is no trace of NVIDIA hardware) and torch's own CUDA queries.
+    there is no trace of NVIDIA hardware), NVML for whatever else imports ``pynvml`` here (the
+    watcher: a CPU job on a GPU machine is otherwise judged by the GPU's idle figures) and
+    torch's own CUDA queries. Subprocesses still see the real machine.
     """
     import torch
 
@@ -41,6 +59,7 @@ def no_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
         return Driver(), []
 
     monkeypatch.setattr(probe, "_probe_nvidia", no_nvidia)
+    monkeypatch.setitem(sys.modules, "pynvml", _no_nvml_library())
     monkeypatch.setattr(torch.version, "cuda", None)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
