@@ -45,8 +45,9 @@ def test_the_image_example_is_input_bound(tmp_path):
     assert "`tuneup autotune" in verdict["action"] and "--only loader`" in verdict["action"]
 
 
-def test_the_mlp_example_is_compute_bound(tmp_path):
-    # on the CPU on any machine: on a GPU this small MLP may well wait for its loader
+def test_the_mlp_example_is_compute_bound(tmp_path, no_gpu):
+    # on the CPU on any machine: on a GPU this small MLP may well wait for its loader; and a
+    # watcher that reads a GPU the job leaves idle calls it host-bound (no_gpu hides NVML)
     result = watch(tmp_path, str(EXAMPLES / "train_mlp.py"), "--steps", "12", "--device", "cpu")
     verdict = result["verdict"]
     assert verdict["kind"] == "compute-bound", verdict
@@ -85,7 +86,9 @@ def watch_attached(tmp_path: Path, job: subprocess.Popen) -> dict:
     return json.loads(summary.read_text())
 
 
-def test_attaching_to_a_job_started_with_the_feed_reads_its_figures(tmp_path):
+def test_attaching_to_a_job_started_with_the_feed_reads_its_figures(tmp_path, no_gpu):
+    """A CPU job: the watcher is kept from a GPU's figures (another test's busy GPU reads as
+    compute-bound before the data wait is looked at)."""
     script = tmp_path / "slow_reads.py"
     script.write_text(SLOW_READS)
     directory = tmp_path / "feed"
@@ -99,9 +102,10 @@ def test_attaching_to_a_job_started_with_the_feed_reads_its_figures(tmp_path):
     assert not any(note.startswith("no runtime feed") for note in data["notes"])
 
 
-def test_a_job_attached_before_it_execs_still_gets_its_feed_read(tmp_path):
+def test_a_job_attached_before_it_execs_still_gets_its_feed_read(tmp_path, no_gpu):
     """Between fork and exec a process shows its parent's environment: the watcher reads
-    the job's again until the feed appears (CI caught the race on a loaded machine)."""
+    the job's again until the feed appears (CI caught the race on a loaded machine). A CPU
+    job, watched without a GPU's figures."""
     script = tmp_path / "slow_reads.py"
     script.write_text(SLOW_READS)
     directory = tmp_path / "feed"
@@ -154,7 +158,8 @@ PLAIN = textwrap.dedent("""
 
 
 @pytest.mark.parametrize(("work", "kind"), [("decode", "input-bound"), ("mlp", "compute-bound")])
-def test_plain_pytorch_with_workers(tmp_path, work, kind):
+def test_plain_pytorch_with_workers(tmp_path, work, kind, no_gpu):
+    # CPU jobs: with a GPU's figures the watcher calls the mlp host-bound (no_gpu hides NVML)
     script = tmp_path / "plain.py"
     script.write_text(PLAIN.format(examples=str(EXAMPLES)))
     result = watch(tmp_path, str(script), work)

@@ -243,7 +243,8 @@ def test_watching_a_zombie_ends_at_once(spawn):
     assert "none: the job ended before the first sample" in done.stdout
 
 
-def test_a_job_that_only_sleeps_is_not_called_compute_bound():
+def test_a_job_that_only_sleeps_is_not_called_compute_bound(no_gpu):
+    # no GPU for the watcher: another test's busy GPU would make the sleeper host-bound
     result = run("--interval", "0.5", "--format", "json", "--", "sleep", "0.8")
     assert result.exit_code == 0, result.output
     text = result.stderr

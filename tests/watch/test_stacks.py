@@ -199,7 +199,7 @@ def test_a_process_that_is_not_python_gives_up_with_py_spys_reason():
 
 
 def test_a_watched_job_without_py_spy_keeps_the_cpu_verdict_and_says_what_to_install(
-        tmp_path, monkeypatch):
+        tmp_path, monkeypatch, no_gpu):  # the CPU verdict: no GPU for the watcher to read
     monkeypatch.setattr(command, "find_py_spy", lambda: None)  # an environment without it
     summary = tmp_path / "summary.json"
     job = "import time\nend = time.monotonic() + 1\nwhile time.monotonic() < end: pass"

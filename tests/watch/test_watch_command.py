@@ -105,7 +105,8 @@ def test_a_signal_to_the_watcher_reaches_the_job_and_the_summary_stays_whole(tmp
     assert result["exit_status"] == 7 and result["samples"] >= 2
 
 
-def test_attaching_watches_until_the_process_ends(tmp_path):
+def test_attaching_watches_until_the_process_ends(tmp_path, no_gpu):
+    """A busy CPU process; the watcher sees no GPU (with one it left idle: host-bound)."""
     job = subprocess.Popen([sys.executable, "-c", "import time\nend = time.monotonic() + 1.5\n"
                             "while time.monotonic() < end: pass"])
     try:
