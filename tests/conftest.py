@@ -8,6 +8,7 @@ too: a test that runs autotune under a budget takes it from ``budget_for_load``.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -63,6 +64,32 @@ def no_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(torch.version, "cuda", None)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+
+
+# The stand-in pynvml a subprocess imports first: as where libnvidia-ml is not installed
+NO_NVML_MODULE = '''"""pynvml where libnvidia-ml is not installed (a test's stand-in)."""
+
+
+class NVMLError(Exception):
+    pass
+
+
+def nvmlInit():
+    raise NVMLError("NVML Shared Library Not Found")
+'''
+
+
+@pytest.fixture
+def no_gpu_in_subprocesses(monkeypatch: pytest.MonkeyPatch,
+                           tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Python subprocesses started from here see no GPU: no NVML (a stand-in ``pynvml``
+    first on PYTHONPATH) and none for torch (``CUDA_VISIBLE_DEVICES`` empty). For a
+    subprocess watcher judging a CPU job, which on a GPU machine reads that GPU's figures."""
+    folder = tmp_path_factory.mktemp("no-nvml")
+    (folder / "pynvml.py").write_text(NO_NVML_MODULE)
+    path = [str(folder), *filter(None, [os.environ.get("PYTHONPATH")])]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(path))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
 
 
 @pytest.fixture

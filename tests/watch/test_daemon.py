@@ -44,8 +44,10 @@ def wait_for(check: Callable[[], Any], timeout: float = 20.0) -> Any:
 
 
 @pytest.fixture
-def state(tmp_path: Path) -> Iterator[StateDir]:
-    """A state directory; whatever daemon a test leaves running there is killed."""
+def state(tmp_path: Path, no_gpu_in_subprocesses) -> Iterator[StateDir]:
+    """A state directory; whatever daemon a test leaves running there is killed. The daemon
+    reads no GPU: its jobs here wait on the CPU, and on a GPU machine another test's busy GPU
+    (every GPU counts for a job that holds none) keeps them from ever being idle."""
     state = StateDir(tmp_path / "state")
     yield state
     pid = state.running_pid()
