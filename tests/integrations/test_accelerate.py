@@ -96,9 +96,12 @@ def train(accelerator: Any, tuned: bool) -> tuple[list[torch.Tensor], int]:
 
 
 def _rank(rank: int, port: int, out: str, settings: str) -> None:
+    # OMP_NUM_THREADS=1, as torchrun under `accelerate launch` sets it: without it accelerate's MULTI_CPU set-up
+    # replaces this thread count with psutil's physical cores per rank (8 each on a 16-core
+    # machine; a TypeError in every rank where psutil cannot count physical cores: None)
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(WORLD),
                       LOCAL_WORLD_SIZE=str(WORLD), MASTER_ADDR="127.0.0.1",
-                      MASTER_PORT=str(port), TUNEUP_SETTINGS=settings)
+                      MASTER_PORT=str(port), TUNEUP_SETTINGS=settings, OMP_NUM_THREADS="1")
     torch.set_num_threads(1)
     from accelerate import Accelerator
 
