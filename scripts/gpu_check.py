@@ -223,9 +223,10 @@ FP16 = """
 MICRO_UNDER_OOM = """
     # a 3 GiB cap: the whole batch's saved activations (4.25 GiB) do not fit, an eighth does;
     # micro-batches apply to a tuned_loader's batches (it knows which dimension holds samples)
-    cap = 3 * 2**30
+    # (the fraction's device must carry an index: torch refuses a bare "cuda")
+    cap, index = 3 * 2**30, torch.cuda.current_device()
     torch.cuda.set_per_process_memory_fraction(
-        cap / torch.cuda.get_device_properties(device).total_memory, device)
+        cap / torch.cuda.get_device_properties(index).total_memory, index)
     batch, micro = 65536, 8192
     model = mlp(1024, 4096, 10)
     data = torch.utils.data.TensorDataset(torch.randn(2 * batch, 1024),
