@@ -9,8 +9,8 @@ import pytest
 from fake_nvml import FakeNvml, NVMLError, tick_clock
 from watch_helpers import RECORDINGS, load, replay
 
-from tuneup.watch.samples import (CHILD, MAIN, WORKER, HostSample, ProcessSample, RuntimeSample,
-                                  Sample, StackCounts)
+from tuneup.watch.samples import (CHILD, MAIN, WORKER, GpuSample, HostSample, ProcessSample,
+                                  RuntimeSample, Sample, StackCounts)
 from tuneup.watch.verdict import RULES, Figures, decide, reduce
 
 KINDS = {"input-bound", "host-bound", "copy-bound", "compute-bound", "throttled",
@@ -141,6 +141,23 @@ def test_a_job_that_runs_nothing_is_idle_unless_it_waits_for_storage():
     assert decide(reduce(quiet)).kind == "idle"
     loading = cpu_window(1.0, [0.5], busy=0, iowait_percent=60.0)
     assert decide(reduce(loading)).kind != "idle"
+
+
+def test_a_job_whose_feed_trains_on_the_cpu_is_not_judged_by_the_machine_s_gpu():
+    """``train_mlp.py --device cpu`` on the H200: the job held no GPU memory, so every GPU
+    counted, and the idle one made it host-bound ("the GPU is busy only 0 %")."""
+    idle_gpu = GpuSample(index=0, name="NVIDIA H200", utilization=0.0, memory_used=2**30,
+                         memory_total=141 * 2**30, job_memory=0)
+    on_cpu = [dataclasses.replace(s, gpus=(idle_gpu,)) for s in cpu_window(98.0, [], 0.02)]
+    figures = reduce(on_cpu)
+    assert figures.gpus == 0 and figures.gpu_utilization is None
+    assert decide(figures).kind == "compute-bound"
+    on_cuda = [dataclasses.replace(s, runtime=tuple(dataclasses.replace(r, device="cuda")
+                                                    for r in s.runtime)) for s in on_cpu]
+    assert decide(reduce(on_cuda)).kind == "host-bound"  # its GPU waits: NVML's pids may differ
+    unsaid = [dataclasses.replace(s, runtime=tuple(dataclasses.replace(r, device=None)
+                                                   for r in s.runtime)) for s in on_cpu]
+    assert reduce(unsaid).gpus == 1  # a feed that does not say keeps the GPUs
 
 
 def test_figures_need_no_sample_to_exist():

@@ -162,6 +162,15 @@ def _runtime_totals(start: Sequence[RuntimeSample], end: Sequence[RuntimeSample]
     return steps, elapsed, wait, copy, rate
 
 
+def _trains_off_the_gpus(window: Sequence[Sample], end: Sequence[RuntimeSample]) -> bool:
+    """Every training process's feed names its device, and none is ``cuda`` (ROCm's too):
+    the job trains elsewhere (``--device cpu`` on a GPU machine), whatever NVML reads of the
+    GPUs. A job without a feed, or one that does not say, keeps the GPUs (NVML's process list
+    cannot tell: in a container its pids are the host's)."""
+    devices = {r.device for r in end} | {r.device for s in window for r in s.runtime}
+    return bool(devices) and None not in devices and "cuda" not in devices
+
+
 def reduce(window: Sequence[Sample],
            runtime: tuple[Sequence[RuntimeSample], Sequence[RuntimeSample]] | None = None
            ) -> Figures:
@@ -171,6 +180,8 @@ def reduce(window: Sequence[Sample],
         (window[0].runtime, window[-1].runtime) if window else ((), ()))
     held_gpus = {g.index for s in window for g in s.gpus if g.job_memory}
     readings = [g for s in window for g in s.gpus if not held_gpus or g.index in held_gpus]
+    if not held_gpus and _trains_off_the_gpus(window, end):
+        readings = []  # a CPU job on a GPU machine: the GPUs' figures are not its own
     linked = [g for g in readings if g.pcie_rx_bytes_s is not None and g.pcie_link_bytes_s]
     clocked = [g for g in readings if g.sm_clock_mhz is not None and g.sm_clock_max_mhz]
     throttle_known = [g for g in readings if g.sm_clock_mhz is not None]
