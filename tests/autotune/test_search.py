@@ -518,6 +518,29 @@ def test_cpu_loader_sweep_pairs_workers_with_the_threads_they_leave():
     assert (outcome.knobs.num_workers, outcome.knobs.cpu_threads) == (2, 1)
 
 
+def test_cpu_amp_that_loses_on_crowded_cores_is_measured_with_the_threads_left():
+    # measured on 2 cores with 2 workers (docs/benchmarks.md): threads alone tie, bfloat16
+    # loses at 2 threads and wins at 1, so neither knob alone would find the pair
+    speed = {(None, None): 935, (None, 1): 940, ("bfloat16", None): 899, ("bfloat16", 1): 1127}
+
+    def timing(knobs: Knobs) -> dict:
+        if not knobs.num_workers:
+            return record(0.5, wait=0.6)
+        if knobs.num_workers == 1:  # one worker cannot keep up: the loop waits for data
+            return record(0.45, wait=0.4)
+        return record(256 / speed[knobs.amp_dtype, knobs.cpu_threads], wait=0.05)
+
+    tuner, recorded = search(timing, Options(groups=frozenset({"loader", "amp", "threads"})),
+                             budget=600.0)
+    outcome = tuner.run()
+    def first_plan(trial: str) -> int:
+        return next(i for i, plan in enumerate(recorded.plans) if trial in plan)
+
+    assert first_plan("workers=2,amp=bfloat16") < first_plan("workers=2,amp=bfloat16,threads=1")
+    assert (outcome.knobs.num_workers, outcome.knobs.amp_dtype, outcome.knobs.cpu_threads) \
+        == (2, "bfloat16", 1)
+
+
 def test_deeper_prefetch_tried_only_while_the_loop_still_waits_for_data():
     def timing(knobs: Knobs) -> dict:
         if not knobs.num_workers:

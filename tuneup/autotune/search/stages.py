@@ -145,7 +145,11 @@ def amp(search: Search) -> None:
     """The hardware's first autocast dtype alone (bfloat16 where supported), the others and
     TF32 only where it loses or breaks the numerics: tensor cores run bfloat16 and float16
     at one rate (A100: 312 TFLOPS each, H100: 990) and TF32 at half of it, so racing them
-    spends trials on a tie. A dtype taken on a prediction is verified against float32."""
+    spends trials on a tie. A dtype taken on a prediction is verified against float32.
+    On a CPU whose cores the workers share, a first dtype that loses is measured again with
+    the threads the workers leave over: a reduced-precision kernel can lose on crowded
+    cores and win on free ones (bfloat16 on 2 cores with 2 workers: -4 % at 2 threads, +20 % at
+    1; docs/benchmarks.md), so the two are not decided one at a time."""
     if search.incumbent.amp_dtype is not None:  # taken on a prediction: float32 again
         search.compare("amp", search.candidates("amp_dtype", [None], check=True))
         return
@@ -154,6 +158,9 @@ def amp(search: Search) -> None:
         "float32_matmul_precision", list(space.matmul_precisions(search.facts)), check=True)
     before = search.incumbent
     search.compare("amp", trials[:1])
+    if search.incumbent == before and trials and search.incumbent.num_workers \
+            and _shares_cores(search):  # lost on crowded cores: its gain may need them back
+        search.compare("amp", _leftover_threads(search, trials[0]))
     if search.incumbent == before and trials[1:]:
         search.compare("amp", trials[1:])
     if search.incumbent == before:
@@ -336,7 +343,7 @@ def _leftover_threads(search: Search, trial: Trial) -> list[Trial]:
     current = trial.knobs.cpu_threads or search.facts.cpu_threads
     if threads == current or ("cpu_threads", threads) in search.banned:
         return []
-    return [search.trial(trial.knobs.replace(cpu_threads=threads))]
+    return [search.trial(trial.knobs.replace(cpu_threads=threads), trial.check)]
 
 
 def _decide_persistent_workers(search: Search) -> None:
