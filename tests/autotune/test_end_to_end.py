@@ -27,14 +27,18 @@ def test_autotune_the_mlp_example(tmp_path, budget_for_load):
     summary = json.loads(result.stdout)
     trials = {t["id"]: t for t in summary["trials"]}
     assert trials["defaults"]["status"] == "ok" and trials["defaults"]["step_s"] > 0
-    # The first stage of a compute-bound script tries bfloat16 where the CPU has it fast;
-    # elsewhere the result says why it did not (measured in the child, not assumed).
-    # (or that the budget did not reach the stage, as on a loaded machine).
-    if "amp=bfloat16" in trials:
-        assert trials["amp=bfloat16"]["status"] == "ok"
+    # A compute-bound script (this one on the CPU) tries bfloat16 where the CPU has it fast,
+    # alone or beside knobs an earlier stage took (on a GPU the loader's stage comes first:
+    # "amp=bfloat16,workers=4"); elsewhere the result says why it did not (measured in the
+    # child, not assumed): no fast bfloat16, a ceiling too low to pay for the trial (a GPU
+    # this MLP leaves waiting for its loader), or a budget that did not reach the stage.
+    tried = [t for t in summary["trials"] if "amp=bfloat16" in t["id"].split(",")]
+    if tried:
+        assert any(t["status"] == "ok" for t in tried), tried
     else:
         assert any(n.startswith(("amp_dtype left alone: this CPU has no fast bfloat16",
-                                 "amp: skipped")) for n in summary["notes"]), summary["notes"]
+                                 "amp: skipped", "amp: at most")) for n in summary["notes"]), \
+            summary["notes"]
     assert summary["confirmed"] in (True, False) and "speedup_interval" in summary
     assert summary["device"] == ("cuda" if torch.cuda.is_available() else "cpu")  # the example's
     assert summary["effective_batch"] == 256
