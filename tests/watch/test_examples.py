@@ -46,8 +46,8 @@ def test_the_image_example_is_input_bound(tmp_path):
 
 
 def test_the_mlp_example_is_compute_bound(tmp_path, no_gpu):
-    # on the CPU on any machine: on a GPU this small MLP may well wait for its loader; and a
-    # watcher that reads a GPU the job leaves idle calls it host-bound (no_gpu hides NVML)
+    # on the CPU on any machine: on a GPU this small MLP may well wait for its loader. The
+    # watcher reads no GPU either (no_gpu hides NVML): the CPU path, whatever the machine
     result = watch(tmp_path, str(EXAMPLES / "train_mlp.py"), "--steps", "12", "--device", "cpu")
     verdict = result["verdict"]
     assert verdict["kind"] == "compute-bound", verdict
@@ -87,8 +87,7 @@ def watch_attached(tmp_path: Path, job: subprocess.Popen) -> dict:
 
 
 def test_attaching_to_a_job_started_with_the_feed_reads_its_figures(tmp_path, no_gpu):
-    """A CPU job: the watcher is kept from a GPU's figures (another test's busy GPU reads as
-    compute-bound before the data wait is looked at)."""
+    """A CPU job, watched without a GPU's figures: the CPU path, whatever the machine."""
     script = tmp_path / "slow_reads.py"
     script.write_text(SLOW_READS)
     directory = tmp_path / "feed"
@@ -159,7 +158,8 @@ PLAIN = textwrap.dedent("""
 
 @pytest.mark.parametrize(("work", "kind"), [("decode", "input-bound"), ("mlp", "compute-bound")])
 def test_plain_pytorch_with_workers(tmp_path, work, kind, no_gpu):
-    # CPU jobs: with a GPU's figures the watcher calls the mlp host-bound (no_gpu hides NVML)
+    # CPU jobs whose plain DataLoaders name no device: with a GPU's figures the watcher
+    # calls the mlp host-bound (no_gpu hides NVML from it)
     script = tmp_path / "plain.py"
     script.write_text(PLAIN.format(examples=str(EXAMPLES)))
     result = watch(tmp_path, str(script), work)
