@@ -57,6 +57,24 @@ def test_compile_s_ceiling_counts_its_cost_over_the_expected_steps():
     assert policy.ceiling("compile", busy, CPU, 0, 500, 20.0).factor < 1.0
 
 
+def test_graphs_remove_the_step_s_own_launches_not_host_time_the_workers_brought():
+    """The H200 images at --budget 60: 0.2 ms of host time a step alone, 29 ms of a 44 ms
+    step beside 16 workers (the main process short of a core). CUDA graphs cannot remove
+    what the workers brought: compile's ceiling is the device's share and the launches."""
+    fed = run(0.0446, 0.27, device=0.0032, knobs=Knobs(num_workers=16))
+    unknown = policy.ceiling("compile", fed, GPU, 16, 5000, 20.0)
+    known = policy.ceiling("compile", fed, GPU, 16, 5000, 20.0, launch_s=0.0002)
+    assert unknown.factor > 2 and known.factor < 1.05
+    assert known.why == ("the step's own launches take 1% of it, the rest of the host's 66% "
+                         "came with the workers")
+    assert policy.host_bound(fed) and not policy.host_bound(fed, 0.0002)
+    assert policy.graphs_first(fed) and not policy.graphs_first(fed, 0.0002)
+    # a step whose launches are the host time keeps its ceiling: nothing came with workers
+    launch_bound = run(0.01, 0.0, device=0.004, knobs=Knobs(num_workers=4))
+    assert policy.launches(launch_bound.breakdown, 0.005) == pytest.approx(0.006)
+    assert policy.host_bound(launch_bound, 0.005) and policy.graphs_first(launch_bound, 0.005)
+
+
 def test_workers_are_predicted_from_the_wait_then_neighbours():
     """0.2 s of data against 0.035 s of the rest: 0.2 / 0.035 x 1.25 -> 8 workers, then 16
     and 4; bounded by the cores."""

@@ -48,6 +48,11 @@ LARGE_GAIN = 1.2
 # the data-wait share at which an amp candidate's gain counts as hidden by the loader: the loop
 # waits for data a third of the step or more (workers would shorten that step further)
 HIDDEN_BY_WAIT = 0.3
+# the host time CUDA graphs and compile's fewer kernels can remove, as a multiple of the host
+# time the step took with no workers beside it: what the step itself launches, with room for
+# autocast's casts and a busier core. Host time that came with the workers stays (H200,
+# docs/examples/train_images.py: 0.2 ms a step alone, 29 ms beside 16 workers on 16 cores)
+LAUNCH_HEADROOM = 2.0
 # the host's share of the step below which CUDA graphs cannot repay their own compile: twice
 # the 3 % min_gain (a gain the race must see, and graphs add their capture)
 HOST_SHARE = 0.06
@@ -81,6 +86,22 @@ def split(result: TrialResult | None) -> dict[str, float]:
     return parts or {"step": 0.0, "data_wait": 0.0, "device": 0.0, "host": 0.0}
 
 
+def launches(parts: dict[str, float], launch_s: float | None) -> float:
+    """The host time of ``parts`` that graphs can remove: at most :data:`LAUNCH_HEADROOM`
+    times ``launch_s``, the host time of a run with no workers (None where unmeasured)."""
+    host = parts["host"]
+    return host if launch_s is None else min(host, LAUNCH_HEADROOM * launch_s)
+
+
+def host_why(parts: dict[str, float], launch_s: float | None) -> str:
+    """What the host's share of the step is made of, for a note on CUDA graphs."""
+    step, own = parts["step"] or 1.0, launches(parts, launch_s)
+    if own < parts["host"]:
+        return (f"the step's own launches take {own / step:.0%} of it, the rest of the "
+                f"host's {parts['host'] / step:.0%} came with the workers")
+    return f"the host takes {parts['host'] / step:.0%} of the step"
+
+
 def _amdahl(step: float, removed: float) -> float:
     """Speed-up when ``removed`` seconds of a ``step`` go (at most 100x)."""
     if step <= 0:
@@ -100,10 +121,12 @@ def _shares(parts: dict[str, float]) -> str:
 
 
 def ceiling(stage: str, result: TrialResult | None, facts: ScriptFacts, workers: int,
-            expected_steps: int, compile_s: float, decode_s: float | None = None) -> Ceiling:
+            expected_steps: int, compile_s: float, decode_s: float | None = None,
+            launch_s: float | None = None) -> Ceiling:
     """``stage``'s ceiling from ``result``, the incumbent's latest run (``workers``: its
     num_workers; ``compile_s``: a cold compile, measured or guessed; ``decode_s``: a batch's
-    data time in one process, the wait of a run without workers, None where unknown)."""
+    data time in one process, the wait of a run without workers, None where unknown;
+    ``launch_s``: the host time of a run without workers, see :func:`launches`)."""
     parts = split(result)
     step, wait, device, host = parts["step"], parts["data_wait"], parts["device"], parts["host"]
     why = _shares(parts)
@@ -118,9 +141,12 @@ def ceiling(stage: str, result: TrialResult | None, facts: ScriptFacts, workers:
             rate = TF32_GPU if space.matmul_precisions(facts) else 1.0
         factor = _amdahl(step, device * (1 - 1 / rate))
     elif stage == "compile":
-        removed = device * (1 - 1 / COMPILE) + host * COMPILE_HOST
+        own = launches(parts, launch_s)
+        if own < host and facts.on_cuda:
+            why = host_why(parts, launch_s)
+        removed = device * (1 - 1 / COMPILE) + own * COMPILE_HOST
         if facts.on_cuda:
-            removed = max(removed, device * (1 - 1 / COMPILE) + host)  # reduce-overhead
+            removed = max(removed, device * (1 - 1 / COMPILE) + own)  # reduce-overhead
         after = step - removed
         spread = compile_s / max(1, expected_steps)  # its cost over the run's steps
         factor = step / (max(after, step / 100) + spread) if step else 1.0
@@ -176,19 +202,20 @@ def outweighs_confirmation(factor: float, compile_factor: float | None, found: b
     return not found and factor >= LARGE_GAIN and factor >= (compile_factor or 1.0)
 
 
-def host_bound(result: TrialResult | None) -> bool:
-    """Whether the device idles for the host long enough (:data:`HOST_SHARE` of the step)
-    for CUDA graphs (compile's reduce-overhead mode) to be worth a compile."""
+def host_bound(result: TrialResult | None, launch_s: float | None = None) -> bool:
+    """Whether the device idles for the step's launches (:func:`launches`) long enough
+    (:data:`HOST_SHARE` of the step) for CUDA graphs (compile's reduce-overhead mode) to
+    be worth a compile."""
     parts = split(result)
-    return parts["step"] > 0 and parts["host"] >= HOST_SHARE * parts["step"]
+    return parts["step"] > 0 and launches(parts, launch_s) >= HOST_SHARE * parts["step"]
 
 
-def graphs_first(result: TrialResult | None) -> bool:
-    """Whether CUDA graphs are the compile mode to try first: the device idles for the host
+def graphs_first(result: TrialResult | None, launch_s: float | None = None) -> bool:
+    """Whether CUDA graphs are the compile mode to try first: the step's launches take
     :data:`GRAPHS_FIRST` of the step or more, time graphs remove and the default mode only
     shortens (a budget often holds one cold compile)."""
     parts = split(result)
-    return parts["step"] > 0 and parts["host"] >= GRAPHS_FIRST * parts["step"]
+    return parts["step"] > 0 and launches(parts, launch_s) >= GRAPHS_FIRST * parts["step"]
 
 
 def worth_trying(ceiling_: Ceiling, result: TrialResult | None, min_gain: float,

@@ -480,12 +480,21 @@ class Search:
 
     def ceiling(self, name: str) -> policy.Ceiling:
         """``name``'s ceiling from the incumbent's latest run (see :mod:`policy`)."""
-        base = policy.split(self.baseline)
-        decode = base["data_wait"] if self.baseline is not None and \
-            not self.baseline.trial.knobs.num_workers else None
+        alone = self.baseline is not None and not self.baseline.trial.knobs.num_workers
         return policy.ceiling(name, self.budget.typical, self.facts,
                               self.incumbent.num_workers or 0, self.options.expected_steps,
-                              self.budget.compile_s or COMPILE_GUESS_S, decode)
+                              self.budget.compile_s or COMPILE_GUESS_S,
+                              policy.split(self.baseline)["data_wait"] if alone else None,
+                              self.launch_s)
+
+    @property
+    def launch_s(self) -> float | None:
+        """The host time of the baseline's step where it ran without workers: what the
+        step itself launches (see :func:`policy.launches`); None otherwise."""
+        base = self.baseline
+        if base is None or base.trial.knobs.num_workers or not base.breakdown:
+            return None
+        return base.breakdown["host"]
 
     def compile_ceiling(self) -> float | None:
         """Compile's ceiling while it is still to come (None otherwise)."""

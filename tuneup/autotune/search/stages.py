@@ -399,12 +399,13 @@ def cudnn(search: Search) -> None:
 @stage("compile")
 def compile_(search: Search) -> None:
     modes = list(space.compile_modes(search.facts))
-    if "reduce-overhead" in modes and not policy.host_bound(search.budget.typical):
+    if "reduce-overhead" in modes and not policy.host_bound(search.budget.typical,
+                                                            search.launch_s):
         modes.remove("reduce-overhead")  # CUDA graphs remove host time: none to remove
-        share = policy.split(search.budget.typical)
-        search.note(f"compile: reduce-overhead not tried: the host takes "
-                    f"{share['host'] / (share['step'] or 1):.0%} of the step")
-    elif policy.graphs_first(search.budget.typical):
+        parts = policy.split(search.budget.typical)
+        search.note("compile: reduce-overhead not tried: "
+                    + policy.host_why(parts, search.launch_s))
+    elif policy.graphs_first(search.budget.typical, search.launch_s):
         modes.reverse()  # the budget may hold one compile: the mode that removes the host
     for trial in search.candidates("compile_mode", modes, check=True):
         search.budget.reserve_s = _loader_reserve(search, search.budget.typical)
