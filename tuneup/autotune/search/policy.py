@@ -133,7 +133,8 @@ def ceiling(stage: str, result: TrialResult | None, facts: ScriptFacts, workers:
     if stage == "loader":
         factor = _amdahl(step, wait)
     elif stage == "loader_extras":
-        pinned = host if facts.on_cuda else 0.0  # pin_memory: the copy is host time
+        pinning = facts.on_cuda and not (result is not None and result.trial.knobs.pin_memory)
+        pinned = host if pinning else 0.0  # pin_memory: the copy is host time
         factor = _amdahl(step, max(wait, pinned)) if workers else 1.0
     elif stage == "amp":
         rate = AMP_GPU if facts.on_cuda else AMP_CPU
