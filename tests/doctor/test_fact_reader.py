@@ -184,3 +184,6 @@ def test_a_build_date_is_kept_only_for_the_interpreter_the_text_names():
     other = read_report(f"PyTorch version: N/A\n{banner}\nmy Python is 3.11.4\n")
     assert (later.platform.python_version, later.platform.python_built) == ("3.12.0", "2023-10-03")
     assert (other.platform.python_version, other.platform.python_built) == ("3.11.4", None)
+    alone = read_report(f"PyTorch version: N/A\n{banner}\n")  # print(sys.version) only
+    assert (alone.platform.python_version, alone.platform.python_built) == ("3.12.0",
+                                                                           "2023-10-03")

@@ -537,14 +537,15 @@ def _set_cudnn(snap: Snapshot, fact: Fact, values: list[str]) -> bool:
 def _set_python_built(snap: Snapshot, fact: Fact, values: list[str]) -> bool:
     """Set only where torch is missing: the Python rule then dates the interpreter against
     the first torch release with wheels for it (elsewhere the date says nothing). The banner's
-    version must be the interpreter's: a date of another Python dates nothing here."""
+    version must be the interpreter's: a date of another Python dates nothing here. A text
+    that names no other interpreter (``print(sys.version)`` alone) is the banner's."""
     plat, torch = snap.platform, snap.torch
     if len(values) != 1 or (torch.importable is not False and torch.installed is not False):
         return False
     version, _, day = values[0].partition(" ")
-    if plat.python_built is not None or version != plat.python_version:
+    if plat.python_built is not None or version != (plat.python_version or version):
         return False
-    plat.python_built = day
+    plat.python_version, plat.python_built = version, day
     return True
 
 
