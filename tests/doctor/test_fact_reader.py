@@ -187,3 +187,23 @@ def test_a_build_date_is_kept_only_for_the_interpreter_the_text_names():
     alone = read_report(f"PyTorch version: N/A\n{banner}\n")  # print(sys.version) only
     assert (alone.platform.python_version, alone.platform.python_built) == ("3.12.0",
                                                                            "2023-10-03")
+
+
+@pytest.mark.parametrize(("line", "importable"), [
+    ("ModuleNotFoundError: No module named 'torch'", False),
+    ("ImportError: No module named torch", False),  # Python 2's words
+    ('No module named "torch"', False),
+    ("ModuleNotFoundError: No module named 'torch._C'", None),  # a broken torch, not none
+    ("ModuleNotFoundError: No module named 'torchvision'", None),
+    ("ModuleNotFoundError: No module named 'torch.distributed.elastic'", None),
+])
+def test_no_module_named_torch_says_that_interpreter_has_none(line, importable):
+    snap = read_report(f"$ python train.py\nTraceback (most recent call last):\n{line}\n")
+    assert snap.torch.importable is importable
+
+
+def test_a_torch_version_the_text_names_outranks_a_missing_module():
+    """Pasted from two environments: the one that imports torch names its version."""
+    snap = read_report("torch.__version__ = 2.4.1+cu121\nModuleNotFoundError: No module named "
+                       "'torch'\n")
+    assert snap.torch.version == "2.4.1+cu121" and snap.torch.importable is not False

@@ -93,6 +93,7 @@ _OS = re.compile(
 _PYTHON_BUILT = re.compile(
     r"\b(3\.\d{1,2}\.\d+)\b[^\n]{0,80}?\([^(),\n]{0,60},\s*"
     r"([A-Z][a-z]{2}\s+\d{1,2}\s+\d{4}),\s*\d{1,2}:\d\d:\d\d\)")
+_NO_TORCH = re.compile(r"\bNo module named ['\"]?torch['\"]?(?![\w.])")  # torch, not torch._C
 _NCCL = re.compile(r"\bNCCL(?:\s+version)?\s*[:=]?\s*v?(2\.\d+\.\d+)\b", re.IGNORECASE)
 _CUDNN = re.compile(r"\bcuDNN(?:\s+version)?\s*(?:is\s+|[:=]\s*)?v?(\d{1,2}\.\d+(?:\.\d+)*)\b",
                     re.IGNORECASE)
@@ -328,6 +329,8 @@ def _named_facts(line: str) -> list[Fact]:
         facts.append(Fact("machine.gpu", "none", line, sure=False))
     if _CPU_BUILD.search(line):
         facts.append(Fact("torch.build", "cpu", line, sure=False))
+    if _NO_TORCH.search(line):
+        facts.append(Fact("torch.importable", "False", line))
     toolkit = _TOOLKIT.search(line)
     if toolkit and not _DRIVER.search(line):
         facts.append(Fact("cuda_toolkit", toolkit.group(1), line, sure=False))
@@ -549,6 +552,15 @@ def _set_python_built(snap: Snapshot, fact: Fact, values: list[str]) -> bool:
     return True
 
 
+def _set_not_importable(snap: Snapshot, fact: Fact, values: list[str]) -> bool:
+    """``No module named 'torch'``: that interpreter has no torch (unless the text names
+    the version it imported)."""
+    if snap.torch.version is not None or snap.torch.importable is not None:
+        return False
+    snap.torch.importable = False
+    return True
+
+
 def _set_nothing(snap: Snapshot, fact: Fact, values: list[str]) -> bool:
     return True  # known and quoted (an install command asks for an index), not a build fact
 
@@ -571,6 +583,7 @@ _SETTERS = {
     "capability": _set_capability,
     "arch_list": _set_arch_list,
     "torch.build": _set_build,
+    "torch.importable": _set_not_importable,
     "cuda_toolkit": _set_toolkit,
     "nccl": _set_nccl,
     "cudnn": _set_cudnn,
