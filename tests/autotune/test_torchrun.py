@@ -32,6 +32,7 @@ DDP_SCRIPT = textwrap.dedent("""
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     fault, at = sys.argv[1], int(sys.argv[2])
+    entered = sys.argv[3] if len(sys.argv) > 3 else None  # a file made as the fault begins
     torch.manual_seed(0)
     model = DistributedDataParallel(torch.nn.Linear(16, 4))
     data = torch.utils.data.TensorDataset(torch.randn(1024, 16), torch.randint(0, 4, (1024,)))
@@ -40,6 +41,8 @@ DDP_SCRIPT = textwrap.dedent("""
     steps = 0
 
     def fail_here():
+        if entered:
+            open(entered, "w").close()
         if fault == "raise":
             raise ValueError("a bad sample on rank 1")
         if fault == "kill":
@@ -120,18 +123,19 @@ def test_a_killed_tuneup_takes_torchrun_and_a_stuck_rank_along(tmp_path):
     reaches another step to notice, so the parent-death signals must end them."""
     script = tmp_path / "train_ddp.py"
     script.write_text(DDP_SCRIPT)
+    hanging = tmp_path / "hanging"
     parent = subprocess.Popen(
         [sys.executable, "-m", "tuneup.cli", "autotune", str(script), "--nproc-per-node", "2",
-         "--budget", "300", "--output", str(tmp_path / "out.json"), "--", "hang", "3"],
+         "--budget", "300", "--output", str(tmp_path / "out.json"), "--", "hang", "3",
+         str(hanging)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
-    tree: list[psutil.Process] = []
-    while time.monotonic() < deadline and len(tree) < 3:  # the agent and its two ranks
+    while time.monotonic() < deadline and not hanging.exists():  # rank 1 at its third step
         time.sleep(0.2)
-        tree = psutil.Process(parent.pid).children(recursive=True)
-    assert len(tree) >= 3, "torchrun never started its ranks"
-    time.sleep(8)  # past their imports, into the hang
+    assert hanging.exists(), "rank 1 never reached its hang"
+    time.sleep(1)  # rank 0 reaches the step's all-reduce and waits there
     tree = psutil.Process(parent.pid).children(recursive=True)
+    assert len(tree) >= 3, tree  # the agent and its two ranks
     parent.kill()
     parent.wait()
     _, left = psutil.wait_procs(tree, timeout=15)
