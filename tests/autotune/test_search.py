@@ -487,6 +487,20 @@ def test_cuda_graphs_are_not_tried_on_host_time_the_workers_brought():
             "the host's 65% came with the workers; skipped") in outcome.notes
 
 
+def test_the_step_s_own_launches_come_from_a_measured_baseline_without_workers():
+    tuner = Search(Recorded(compute_bound, facts=CUDA))
+    tuner.judge.facts = CUDA  # (a run reads them from the script)
+    timed = {**record(0.1, wait=0.5), "device_s": 0.04}  # host: 0.1 - 0.05 - 0.04
+    tuner.baseline = TrialResult.from_event(Trial("defaults", Knobs()), timed)
+    assert tuner.launch_s == pytest.approx(0.01, rel=0.05)
+    tuner.incumbent = Knobs(micro_batch_size=64)  # four micro-batches: four times the launches
+    assert tuner.launch_s == pytest.approx(0.04, rel=0.05)
+    tuner.baseline = TrialResult.from_event(Trial("defaults", Knobs()), record(0.1, wait=0.5))
+    assert tuner.launch_s is None  # no device time measured: its host time is unknown
+    tuner.baseline = TrialResult.from_event(Trial("workers=2", Knobs(num_workers=2)), timed)
+    assert tuner.launch_s is None  # workers beside it: not the step's own
+
+
 def test_cuda_graphs_with_accumulation_need_the_loss_check():
     tuner = Search(Recorded(compute_bound, facts=CUDA))
     tuner.judge.facts = CUDA
@@ -557,6 +571,19 @@ def test_cpu_amp_that_loses_on_crowded_cores_is_measured_with_the_threads_left()
     assert first_plan("workers=2,amp=bfloat16") < first_plan("workers=2,amp=bfloat16,threads=1")
     assert (outcome.knobs.num_workers, outcome.knobs.amp_dtype, outcome.knobs.cpu_threads) \
         == (2, "bfloat16", 1)
+
+
+def test_cpu_amp_that_breaks_the_numerics_is_not_measured_again():
+    def timing(knobs: Knobs) -> dict:
+        if not knobs.num_workers:
+            return record(0.5, wait=0.6)
+        losses = [2.30, 2.9, 3.6] if knobs.amp_dtype else FP32_LOSSES
+        return record(0.2 if knobs.num_workers == 2 else 0.45, wait=0.05, losses=losses)
+
+    tuner, recorded = search(timing, Options(groups=frozenset({"loader", "amp", "threads"})),
+                             budget=600.0)
+    tuner.run()
+    assert not [t for t in recorded.ran if t.knobs.amp_dtype and t.knobs.cpu_threads]
 
 
 def test_deeper_prefetch_tried_only_while_the_loop_still_waits_for_data():

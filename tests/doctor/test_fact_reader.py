@@ -202,8 +202,20 @@ def test_no_module_named_torch_says_that_interpreter_has_none(line, importable):
     assert snap.torch.importable is importable
 
 
-def test_a_torch_version_the_text_names_outranks_a_missing_module():
+@pytest.mark.parametrize("missing_first", [False, True])
+def test_a_torch_version_the_text_names_outranks_a_missing_module(missing_first):
     """Pasted from two environments: the one that imports torch names its version."""
-    snap = read_report("torch.__version__ = 2.4.1+cu121\nModuleNotFoundError: No module named "
-                       "'torch'\n")
+    lines = ["torch.__version__ = 2.4.1+cu121", "ModuleNotFoundError: No module named 'torch'"]
+    snap = read_report("\n".join(lines[::-1] if missing_first else lines) + "\n")
     assert snap.torch.version == "2.4.1+cu121" and snap.torch.importable is not False
+
+
+def test_a_missing_torch_in_pips_isolated_build_is_not_the_users():
+    """pip builds flash-attn in a fresh environment without torch: the user's torch is
+    there, and the text must not say it is missing."""
+    snap = read_report(
+        "$ pip install flash-attn\nCollecting flash-attn\n  Getting requirements to build "
+        "wheel ... error\n  error: subprocess-exited-with-error\n  \u00d7 Getting requirements "
+        "to build wheel did not run successfully.\n      ModuleNotFoundError: No module named "
+        "'torch'\n      [end of output]\n")
+    assert snap.torch.importable is not False

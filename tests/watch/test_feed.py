@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import types
 
 import pytest
 import torch
@@ -73,9 +74,23 @@ def test_it_publishes_the_loaders_counters_at_most_once_per_period(watched, tmp_
     (record,) = feed.read(tmp_path, published(tmp_path))
     assert (record.steps, record.samples) == (stats.steps, stats.samples) == (8, 64)
     assert record.data_wait_s == stats.data_wait_s and record.copy_s == stats.copy_s
-    assert record.device == "cpu" and record.num_workers == 0 and record.batch_size == 8
+    cpu = None if torch.cuda.is_initialized() else "cpu"  # see the test below
+    assert record.device == cpu and record.num_workers == 0 and record.batch_size == 8
     assert record.torch_threads == torch.get_num_threads()
     assert [p.name for p in tmp_path.iterdir()] == [f"{record.pid}.json"]  # no temporary left
+
+
+def test_a_cpu_loop_in_a_process_that_uses_cuda_names_no_device():
+    """Parameters offloaded to the CPU, or a model without any, read as a CPU loop while
+    the process runs CUDA work: the feed leaves the device open (the watcher then judges
+    the job by the GPUs) rather than say the job trains off them."""
+    cuda = types.SimpleNamespace(is_initialized=lambda: True)
+    on_cpu, on_gpu = (types.SimpleNamespace(device=torch.device(d)) for d in ("cpu", "cuda:1"))
+    assert feed._device(on_cpu, types.SimpleNamespace(cuda=cuda)) is None
+    assert feed._device(on_gpu, types.SimpleNamespace(cuda=cuda)) == "cuda"
+    cuda.is_initialized = lambda: False
+    assert feed._device(on_cpu, types.SimpleNamespace(cuda=cuda)) == "cpu"
+    assert feed._device(None, torch) is None
 
 
 def test_it_follows_the_loader_linked_to_the_loop(watched, tmp_path):

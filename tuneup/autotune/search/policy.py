@@ -49,9 +49,10 @@ LARGE_GAIN = 1.2
 # waits for data a third of the step or more (workers would shorten that step further)
 HIDDEN_BY_WAIT = 0.3
 # the host time CUDA graphs and compile's fewer kernels can remove, as a multiple of the host
-# time the step took with no workers beside it: what the step itself launches, with room for
-# autocast's casts and a busier core. Host time that came with the workers stays (H200,
-# docs/examples/train_images.py: 0.2 ms a step alone, 29 ms beside 16 workers on 16 cores)
+# time the step took with no workers beside it: what the step itself launches. Host time that
+# came with the workers stays (H200, docs/examples/train_images.py: 0.2 ms a step alone, 29 ms
+# beside 16 workers on 16 cores). The 2 is a margin, not a measurement: room for autocast's
+# casts and a busier core, far below the 145x the workers brought there
 LAUNCH_HEADROOM = 2.0
 # the host's share of the step below which CUDA graphs cannot repay their own compile: twice
 # the 3 % min_gain (a gain the race must see, and graphs add their capture)
@@ -133,7 +134,8 @@ def ceiling(stage: str, result: TrialResult | None, facts: ScriptFacts, workers:
     if stage == "loader":
         factor = _amdahl(step, wait)
     elif stage == "loader_extras":
-        pinning = facts.on_cuda and not (result is not None and result.trial.knobs.pin_memory)
+        pinning = facts.on_cuda and "pin_memory" not in facts.fixed_knobs and (
+            result is None or result.trial.knobs.pin_memory is None)  # as the stage tries it
         pinned = host if pinning else 0.0  # pin_memory: the copy is host time
         factor = _amdahl(step, max(wait, pinned)) if workers else 1.0
     elif stage == "amp":

@@ -480,21 +480,34 @@ class Search:
 
     def ceiling(self, name: str) -> policy.Ceiling:
         """``name``'s ceiling from the incumbent's latest run (see :mod:`policy`)."""
-        alone = self.baseline is not None and not self.baseline.trial.knobs.num_workers
+        alone = self._baseline_alone()
         return policy.ceiling(name, self.budget.typical, self.facts,
                               self.incumbent.num_workers or 0, self.options.expected_steps,
                               self.budget.compile_s or COMPILE_GUESS_S,
-                              policy.split(self.baseline)["data_wait"] if alone else None,
+                              policy.split(alone)["data_wait"] if alone else None,
                               self.launch_s)
+
+    def _baseline_alone(self) -> TrialResult | None:
+        """The baseline where it ran without workers: its wait is the decoding, its host
+        time the step's own."""
+        base = self.baseline
+        return base if base is not None and not base.trial.knobs.num_workers else None
 
     @property
     def launch_s(self) -> float | None:
-        """The host time of the baseline's step where it ran without workers: what the
-        step itself launches (see :func:`policy.launches`); None otherwise."""
-        base = self.baseline
-        if base is None or base.trial.knobs.num_workers or not base.breakdown:
+        """The host time the incumbent's step launches by itself (see
+        :func:`policy.launches`): the baseline's, where it ran without workers and its device
+        time was measured, per micro-batch the incumbent runs; None otherwise."""
+        base = self._baseline_alone()
+        if base is None or base.device_s is None or not base.breakdown:
             return None
-        return base.breakdown["host"]
+        return base.breakdown["host"] * self._splits(self.incumbent) / self._splits(
+            base.trial.knobs)
+
+    def _splits(self, knobs: Knobs) -> int:
+        """Micro-batches a step of ``knobs`` runs (each launches the model's kernels)."""
+        batch = self.facts.effective_batch
+        return max(1, batch // (knobs.micro_batch_size or batch)) if batch else 1
 
     def compile_ceiling(self) -> float | None:
         """Compile's ceiling while it is still to come (None otherwise)."""

@@ -159,7 +159,8 @@ def amp(search: Search) -> None:
     before = search.incumbent
     search.compare("amp", trials[:1])
     if search.incumbent == before and trials and search.incumbent.num_workers \
-            and _shares_cores(search):  # lost on crowded cores: its gain may need them back
+            and _shares_cores(search) and ("amp_dtype", trials[0].knobs.amp_dtype) \
+            not in search.banned:  # lost on crowded cores: its gain may need them back
         search.compare("amp", _leftover_threads(search, trials[0]))
     if search.incumbent == before and trials[1:]:
         search.compare("amp", trials[1:])

@@ -94,6 +94,12 @@ _PYTHON_BUILT = re.compile(
     r"\b(3\.\d{1,2}\.\d+)\b[^\n]{0,80}?\([^(),\n]{0,60},\s*"
     r"([A-Z][a-z]{2}\s+\d{1,2}\s+\d{4}),\s*\d{1,2}:\d\d:\d\d\)")
 _NO_TORCH = re.compile(r"\bNo module named ['\"]?torch['\"]?(?![\w.])")  # torch, not torch._C
+# pip building a package in its isolated environment, which never holds the user's torch: a
+# missing torch there says nothing of the user's Python (flash-attn's "No module named 'torch'")
+_ISOLATED_BUILD = re.compile(
+    r"Getting requirements to build|pip-build-env|subprocess-exited-with-error"
+    r"|metadata-generation-failed|Preparing metadata \(|egg_info|Building wheels? for",
+    re.IGNORECASE)
 _NCCL = re.compile(r"\bNCCL(?:\s+version)?\s*[:=]?\s*v?(2\.\d+\.\d+)\b", re.IGNORECASE)
 _CUDNN = re.compile(r"\bcuDNN(?:\s+version)?\s*(?:is\s+|[:=]\s*)?v?(\d{1,2}\.\d+(?:\.\d+)*)\b",
                     re.IGNORECASE)
@@ -129,6 +135,7 @@ def read_facts(text: str) -> list[Fact]:
     if len(text) > 2 * SCANNED_CHARS:
         text = text[:SCANNED_CHARS] + "\n" + text[-SCANNED_CHARS:]
     lines = [_plain(line) for line in text.splitlines()]
+    isolated = _ISOLATED_BUILD.search(text) is not None
     facts: list[Fact] = []
     mig = [line for line in lines if _MIG_DEVICE.match(line)]
     if mig:  # collect_env lists MIG instances under their GPU: "MIG 3g.40gb Device 0:"
@@ -138,7 +145,8 @@ def read_facts(text: str) -> list[Fact]:
             continue
         facts.extend(_package_facts(line))
         facts.extend(_printed_facts(line, lines[number + 1:number + 3]))
-        facts.extend(_named_facts(line))
+        facts.extend(f for f in _named_facts(line)
+                     if not (isolated and f.name == "torch.importable"))
     return facts
 
 
@@ -146,8 +154,10 @@ def apply_facts(snap: Snapshot, facts: list[Fact]) -> None:
     """Fill what the format readers left unknown, each fact noted with the line it came from."""
     used: list[Fact] = []
     names = list(dict.fromkeys(fact.name for fact in facts))
-    # python.built is set only for the interpreter python_version names: settle that first
-    for name in sorted(names, key=lambda name: name == "python.built"):
+    # python.built is set only for the interpreter python_version names, and a missing torch
+    # only where no version is named: settle those first
+    for name in sorted(names, key=lambda name: (name == "python.built",
+                                                name == "torch.importable")):
         found = [fact for fact in facts if fact.name == name]
         values = list(dict.fromkeys(fact.value for fact in found))
         fact = found[0] if len(values) == 1 else Fact(name, values[0], found[0].line, sure=False)
