@@ -29,7 +29,7 @@ def test_autotune_the_mlp_example(tmp_path, budget_for_load):
     assert trials["defaults"]["status"] == "ok" and trials["defaults"]["step_s"] > 0
     # A compute-bound script (this one on the CPU) tries bfloat16 where the CPU has it fast,
     # alone or beside knobs an earlier stage took (on a GPU the loader's stage comes first:
-    # "amp=bfloat16,workers=4"); elsewhere the result says why it did not (measured in the
+    # "workers=4,amp=bfloat16"); elsewhere the result says why it did not (measured in the
     # child, not assumed): no fast bfloat16, a ceiling too low to pay for the trial (a GPU
     # this MLP leaves waiting for its loader), or a budget that did not reach the stage.
     tried = [t for t in summary["trials"] if "amp=bfloat16" in t["id"].split(",")]

@@ -7,7 +7,7 @@ from tuneup.settings.schema import knob_facts
 
 
 def describe(knobs: Knobs) -> str:
-    """Short label of the knobs that differ from PyTorch defaults: ``amp=bfloat16,workers=2``."""
+    """Short label of the knobs that differ from PyTorch defaults: ``workers=2,amp=bfloat16``."""
     parts = [f"{knob_facts(k).label}={v}" for k, v in knobs.changed().items()]
     return ",".join(parts) or "defaults"
 
