@@ -80,17 +80,15 @@ def test_it_publishes_the_loaders_counters_at_most_once_per_period(watched, tmp_
     assert [p.name for p in tmp_path.iterdir()] == [f"{record.pid}.json"]  # no temporary left
 
 
-def test_a_cpu_loop_in_a_process_that_uses_cuda_names_no_device():
+def test_a_cpu_loop_in_a_process_that_uses_cuda_names_no_device(monkeypatch):
     """Parameters offloaded to the CPU, or a model without any, read as a CPU loop while
     the process runs CUDA work: the feed leaves the device open (the watcher then judges
     the job by the GPUs) rather than say the job trains off them."""
-    cuda = types.SimpleNamespace(is_initialized=lambda: True)
     on_cpu, on_gpu = (types.SimpleNamespace(device=torch.device(d)) for d in ("cpu", "cuda:1"))
-    assert feed._device(on_cpu, types.SimpleNamespace(cuda=cuda)) is None
-    assert feed._device(on_gpu, types.SimpleNamespace(cuda=cuda)) == "cuda"
-    cuda.is_initialized = lambda: False
-    assert feed._device(on_cpu, types.SimpleNamespace(cuda=cuda)) == "cpu"
-    assert feed._device(None, torch) is None
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    assert feed._device(on_cpu) is None and feed._device(on_gpu) == "cuda"
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
+    assert feed._device(on_cpu) == "cpu" and feed._device(None) is None
 
 
 def test_it_follows_the_loader_linked_to_the_loop(watched, tmp_path):

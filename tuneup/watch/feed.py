@@ -136,17 +136,19 @@ class Feed(hooks.Observer):
         return RuntimeSample(
             pid=os.getpid(), steps=stats.steps, samples=stats.samples,
             elapsed_s=stats.elapsed_s, data_wait_s=stats.data_wait_s, copy_s=stats.copy_s,
-            device=_device(loader.loop, torch),
+            device=_device(loader.loop),
             num_workers=dataloader.num_workers, pin_memory=bool(dataloader.pin_memory),
             prefetch_factor=dataloader.prefetch_factor, batch_size=dataloader.batch_size,
             torch_threads=torch.get_num_threads(),
         )
 
 
-def _device(loop: Any, torch: Any) -> str | None:
+def _device(loop: Any) -> str | None:
     """The loop's device type; None where a CPU model shares its process with CUDA work
     (parameters offloaded to the CPU, a model without parameters): the watcher then judges
     the job by the GPUs too."""
+    import torch  # already loaded by the runtime that calls this
+
     if loop is None:
         return None
     device = loop.device.type
