@@ -94,6 +94,12 @@ def launches(parts: dict[str, float], launch_s: float | None) -> float:
     return host if launch_s is None else min(host, LAUNCH_HEADROOM * launch_s)
 
 
+def may_pin(facts: ScriptFacts, knobs: Knobs) -> bool:
+    """Whether pinned memory is still to try beside ``knobs``: on CUDA, unset, and not a
+    value the script fixes (the loader stages' test, and their ceiling's)."""
+    return facts.on_cuda and knobs.pin_memory is None and "pin_memory" not in facts.fixed_knobs
+
+
 def host_why(parts: dict[str, float], launch_s: float | None) -> str:
     """What the host's share of the step is made of, for a note on CUDA graphs."""
     step, own = parts["step"] or 1.0, launches(parts, launch_s)
@@ -134,9 +140,8 @@ def ceiling(stage: str, result: TrialResult | None, facts: ScriptFacts, workers:
     if stage == "loader":
         factor = _amdahl(step, wait)
     elif stage == "loader_extras":
-        pinning = facts.on_cuda and "pin_memory" not in facts.fixed_knobs and (
-            result is None or result.trial.knobs.pin_memory is None)  # as the stage tries it
-        pinned = host if pinning else 0.0  # pin_memory: the copy is host time
+        knobs = result.trial.knobs if result is not None else Knobs()
+        pinned = host if may_pin(facts, knobs) else 0.0  # pin_memory: the copy is host time
         factor = _amdahl(step, max(wait, pinned)) if workers else 1.0
     elif stage == "amp":
         rate = AMP_GPU if facts.on_cuda else AMP_CPU

@@ -262,7 +262,7 @@ def loader_extras(search: Search) -> None:
     if not search.incumbent.num_workers or reference is None:
         return
     pin = []
-    if search.facts.on_cuda and search.incumbent.pin_memory is None:
+    if policy.may_pin(search.facts, search.incumbent):
         pin = search.candidates("pin_memory", [True])
     prefetch = (search.candidates("prefetch_factor", [DEEPER_PREFETCH])
                 if prefetch_to_try(search, reference) else [])
@@ -310,8 +310,8 @@ def loader_after_compile_trials(search: Search, result: TrialResult | None,
             ("num_workers", more[0]) not in search.banned:
         point = knobs.replace(num_workers=more[0])
         pinned = any(r.trial.knobs.pin_memory for r in search.results)
-        if facts.on_cuda and knobs.pin_memory is None and not pinned and \
-                "pin_memory" not in facts.fixed_knobs and ("pin_memory", True) not in search.banned:
+        if policy.may_pin(facts, knobs) and not pinned and \
+                ("pin_memory", True) not in search.banned:
             point = point.replace(pin_memory=True)
         trials.append(search.trial(point, check=search.judge.needs_check(point)))
     if prefetch_to_try(search, result, share):
