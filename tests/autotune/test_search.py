@@ -835,3 +835,59 @@ def test_a_reference_far_ahead_of_every_candidate_takes_no_race_rounds():
     assert outcome.knobs.amp_dtype is None
     stage_runs = [t for t in recorded.ran[:before_confirm[0]] if t.knobs.amp_dtype]
     assert len(stage_runs) == 1  # one window; the confirmation re-runs it on its own
+
+
+def feed_bound(knobs: Knobs) -> dict:
+    """A GPU fed by one process: decoding takes 0.12 s a batch, the device 0.04 s (bfloat16
+    0.012 s)."""
+    workers = knobs.num_workers or 0
+    device = 0.04 * (0.3 if knobs.amp_dtype else 1.0)
+    data = 0.12 / workers if workers else 0.12
+    step = max(data, device) if workers else data + device
+    wait = max(0.0, (step - device) / step)
+    return {**record(step, 0.5 + 0.05 * workers, wait=wait), "device_s": device}
+
+
+def test_a_budget_too_small_to_confirm_still_measures_the_predicted_point():
+    """The prediction (workers, pinned memory and bfloat16 at once) is the run's largest
+    ceiling: where nothing is found yet it takes the confirmation's share, as a stage
+    would (before, its ceiling counted as none and a tight budget skipped it)."""
+    tuner, recorded = search(feed_bound, facts=CUDA, budget=14, reuse=True)
+    outcome = tuner.run()
+    predicted = Knobs(num_workers=16, pin_memory=True, amp_dtype="bfloat16")
+    assert recorded.ran[1].knobs == predicted and outcome.knobs == predicted
+    assert any(n.startswith("predict: measured with the confirmation's share") and "32.00x"
+               in n for n in outcome.notes)
+
+
+def graphs_bound(knobs: Knobs) -> dict:
+    """The device busy half of a 0.1 s step, launches the rest: CUDA graphs remove nine
+    tenths of those, the default mode four tenths and a fifth of the compute."""
+    device, host, warmup = 0.05, 0.05, 0.5
+    if knobs.amp_dtype:
+        device *= 0.5
+    if knobs.compile_mode == "reduce-overhead":
+        host, warmup = host * 0.1, warmup + 16
+    elif knobs.compile_mode:
+        host, device, warmup = host * 0.6, device * 0.8, warmup + 16
+    if knobs.cudnn_benchmark:
+        device *= 0.9
+    return {**record(device + host, warmup), "device_s": device}
+
+
+def test_compile_takes_its_ceiling_s_turn_when_the_budget_holds_it_no_later():
+    """compile's ceiling (3x: the launches) leads amp's (1.8x): while the budget holds its
+    share after the other stages it still waits for them (a budget may hold one compile
+    and amp changes the graphs); where it would not, it goes in its turn and the stages
+    left are noted, not measured (each would compile again)."""
+    stages: list[str] = []
+    outcome = Search(Recorded(graphs_bound, facts=CUDA, budget=40, reuse=True), Options(),
+                     on_stage=stages.append).run()
+    assert stages[:2] == ["baseline", "compile"] and "amp" not in stages
+    assert outcome.knobs.compile_mode == "reduce-overhead"
+    assert any(n.startswith("amp: not tried after compile") for n in outcome.notes)
+    stages.clear()
+    outcome = Search(Recorded(graphs_bound, facts=CUDA, budget=58, reuse=True), Options(),
+                     on_stage=stages.append).run()
+    assert stages.index("amp") < stages.index("compile")
+    assert outcome.knobs.compile_mode == "reduce-overhead" and outcome.knobs.amp_dtype

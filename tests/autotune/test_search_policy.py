@@ -242,3 +242,16 @@ def test_cudnn_is_skipped_where_the_input_shape_changes():
     # a few recurring shapes (buckets) pay one search each: the stage still runs
     buckets = replace(fixed, input_shapes=3)
     assert policy.ceiling("cudnn", buckets, convolutional, 0, 5000, 20.0).factor > 1.1
+
+
+def test_the_predicted_point_s_ceiling_joins_the_loader_s_and_amp_s():
+    """The prediction removes the wait and, on CUDA, shrinks the device time with amp: its
+    ceiling is both at once (above either alone), where a CPU's counts the wait only."""
+    images = run(0.2, 0.6, device=0.06)
+    joint = policy.ceiling("predict", images, GPU, 0, 5000, 20.0).factor
+    loader = policy.ceiling("loader", images, GPU, 0, 5000, 20.0).factor
+    amp = policy.ceiling("amp", images, GPU, 0, 5000, 20.0).factor
+    assert joint == pytest.approx(0.2 / (0.2 - 0.12 - 0.06 * (1 - 1 / policy.AMP_GPU)))
+    assert joint > loader > 1 and joint > amp
+    assert policy.ceiling("predict", run(0.2, 0.6), CPU, 0, 5000, 20.0).factor == \
+        pytest.approx(loader)

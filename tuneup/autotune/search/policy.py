@@ -143,6 +143,9 @@ def ceiling(stage: str, result: TrialResult | None, facts: ScriptFacts, workers:
         knobs = result.trial.knobs if result is not None else Knobs()
         pinned = host if may_pin(facts, knobs) else 0.0  # pin_memory: the copy is host time
         factor = _amdahl(step, max(wait, pinned)) if workers else 1.0
+    elif stage == "predict":  # the predicted point: workers remove the wait, amp on CUDA
+        amp = device * (1 - 1 / AMP_GPU) if facts.on_cuda and space.amp_dtypes(facts) else 0.0
+        factor = _amdahl(step, wait + amp)
     elif stage == "amp":
         rate = AMP_GPU if facts.on_cuda else AMP_CPU
         if not space.amp_dtypes(facts):

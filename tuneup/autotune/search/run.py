@@ -421,12 +421,15 @@ class Search:
                                        if math.isfinite(v)]
         self.on_best(self.judge.speed(baseline), 1.0, describe(self.incumbent))
         names = self.stage_names()
-        with_compile = "compile" in names
-        self.compile_to_come = with_compile
-        pending = [s for s in names if s != "compile"]
+        self.compile_to_come = "compile" in names
+        pending = list(names)
         if prediction(self) is not None:
             self.more_to_come = True
-            self.run_stage("predict")
+            self.stage_ceiling = self.ceiling("predict").factor
+            try:
+                self.run_stage("predict")
+            finally:
+                self.stage_ceiling = 1.0
         visited: dict[str, Knobs] = {}  # stage -> the incumbent it left
         again: set[str] = set()  # visited twice: once more where later stages moved it
         while True:
@@ -438,6 +441,8 @@ class Search:
                 (s, False) for s in pending]
             if not ready:
                 break
+            if self.budget.compile_fits(self.facts):  # stages below it hold its share
+                ready = [(s, a) for s, a in ready if s != "compile"] or ready
             scored = {s: self.ceiling(s) for s, _ in ready}
             name, is_again = max(ready, key=lambda item: scored[item[0]].factor)
             if not self.worth_trying(scored[name]):
@@ -446,6 +451,10 @@ class Search:
                 again.add(name)
             else:
                 pending.remove(name)
+            if name == "compile":
+                if self._compile_in_turn(pending):
+                    break
+                continue
             self.more_to_come = any(scored[s].factor >= policy.LARGE_GAIN
                                     for s, _ in ready if s != name)
             speedup, measured = self.speedup, len(self.results)
@@ -458,19 +467,36 @@ class Search:
                 self.note(f"{self.stage_label}: ceiling {scored[name].factor:.2f}x "
                           f"({scored[name].why}); measured {self.speedup / speedup:.2f}x")
             visited[name] = self.incumbent
+        if "compile" in pending:  # last, as the stages before it held its share
+            pending.remove("compile")
+            ceiling = self.ceiling("compile")
+            if self.worth_trying(ceiling):
+                self._compile_in_turn(pending)
+            else:
+                pending.append("compile")
         for name in pending:  # never ran: below the noise, said why
             self.note(self.ceiling(name).skipped())
         self.compile_to_come = self.more_to_come = False
-        if with_compile:
-            ceiling = self.ceiling("compile")
-            if self.worth_trying(ceiling):
-                self.run_stage("compile")
-                if self.incumbent.compile_mode and "loader" in self.options.groups:
-                    self.run_stage("loader_after_compile")
-            else:
-                self.note(ceiling.skipped())
         self.budget.reserve_s = 0.0
         return confirm(self)
+
+    def _compile_in_turn(self, pending: list[str]) -> bool:
+        """Compile where its ceiling leads the stages left: a budget may hold one cold
+        compile, which stages of smaller ceilings must not take first (it waits for them
+        only while the budget holds its share after them). Once compiled, the stages end:
+        the loader's candidates after compile leave the graphs alone, any other stage's
+        would compile them again. Whether compile was adopted."""
+        self.compile_to_come = self.more_to_come = False
+        self.run_stage("compile")
+        if not self.incumbent.compile_mode:
+            return False
+        if "loader" in self.options.groups:
+            self.run_stage("loader_after_compile")
+        for name in pending:
+            self.note(f"{name}: not tried after compile (its trials would compile again; "
+                      f"at most {self.ceiling(name).factor:.2f}x here)")
+        pending.clear()
+        return True
 
     def stage_names(self) -> list[str]:
         """The stages this run's groups and device allow (the order is the ceilings')."""
