@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import math
 import random
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -891,3 +892,22 @@ def test_compile_takes_its_ceiling_s_turn_when_the_budget_holds_it_no_later():
                      on_stage=stages.append).run()
     assert stages.index("amp") < stages.index("compile")
     assert outcome.knobs.compile_mode == "reduce-overhead" and outcome.knobs.amp_dtype
+
+
+def test_a_race_the_budget_cannot_hold_whole_races_its_fastest_contenders():
+    """Three worker counts within reach of each other and the incumbent: two rounds of all
+    four do not fit, two of the incumbent and the fastest do. The slower candidates leave
+    the race on their one window each (said so, not "raced") instead of the race not
+    running at all (before: one window each decided)."""
+    def close_workers(knobs: Knobs) -> dict:
+        workers = knobs.num_workers or 0
+        step = {0: 0.06, 1: 0.052, 2: 0.05, 4: 0.051}[workers]
+        return record(step, 0.5 + 0.05 * workers, wait=0.5 if not workers else 0.02)
+
+    tuner, recorded = search(close_workers, Options(groups=frozenset({"loader"})),
+                             facts=MANY_CORES, budget=28, reuse=True)
+    outcome = tuner.run()
+    runs = Counter(t.knobs.num_workers for t in recorded.ran)
+    assert outcome.knobs.num_workers == 2 and runs[2] >= 5 and runs[1] == runs[4] == 1
+    reasons = {r.trial_id: r.reason for r in outcome.rejected}
+    assert not any("raced" in reason for reason in reasons.values())

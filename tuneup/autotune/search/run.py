@@ -222,6 +222,11 @@ class Search:
             rounds = 0  # one window each already tells them apart: no rounds to spend
         if rounds is None:  # a close call is worth fewer rounds than a larger gain to come
             rounds = LOW_IMPACT_ROUNDS if self.low_impact or self.more_to_come else RACE_ROUNDS
+        while rounds and len(contenders) > 2 and \
+                self._rounds_fit({r.trial.knobs: [r] for r in contenders}, rounds) < 2:
+            slowest = min(contenders[1:], key=judge.speed)  # a race of fewer is one that runs
+            contenders.remove(slowest)
+            out_of_reach.append(slowest)
         runs = self.race(contenders, rounds)
         merged = {knobs: merge(results) for knobs, results in runs.items()}
         survivors = {k: r for k, r in merged.items() if r is not None}
@@ -310,8 +315,7 @@ class Search:
             self._keep_rounds(runs)
             return runs  # decided by the rounds already taken
         while len(runs) >= 2 and done < rounds:
-            extra_s = self.cold_start_seconds(runs) + self.compile_hold()
-            fit = self.budget.affordable((rounds - done) * len(runs), extra_s=extra_s) // len(runs)
+            fit = self._rounds_fit(runs, rounds - done)
             if fit < 2:
                 break
             order = list(runs)
@@ -348,6 +352,12 @@ class Search:
                 break
         self._keep_rounds(runs)
         return runs
+
+    def _rounds_fit(self, runs: dict[Knobs, list[TrialResult]], rounds: int) -> int:
+        """How many of ``rounds`` interleaved rounds of the contenders of ``runs`` the budget
+        holds (a fresh process's compile of a compiled one and compile's share included)."""
+        extra_s = self.cold_start_seconds(runs) + self.compile_hold()
+        return self.budget.affordable(rounds * len(runs), extra_s=extra_s) // len(runs)
 
     def _drop_pays(self, runs: dict[Knobs, list[TrialResult]], slower: dict[Knobs, object],
                    rounds_left: int) -> bool:
