@@ -103,6 +103,9 @@ def test_the_predicted_point_on_a_gpu_joins_workers_pinned_memory_and_amp():
     assert point.num_workers and point.pin_memory and point.amp_dtype == "bfloat16"
     # a CPU's bfloat16 may lose: left to its stage
     assert policy.predicted_point(images, CPU, Knobs(), groups, 0.03).amp_dtype is None
+    # pinning a value the incumbent already has (unpinned, taken earlier) is no prediction
+    unpinned = Knobs(pin_memory=False)
+    assert policy.predicted_point(images, GPU, unpinned, groups, 0.03).pin_memory is False
 
 
 def test_the_device_timer_gives_no_figure_off_cuda():
@@ -244,14 +247,18 @@ def test_cudnn_is_skipped_where_the_input_shape_changes():
     assert policy.ceiling("cudnn", buckets, convolutional, 0, 5000, 20.0).factor > 1.1
 
 
-def test_the_predicted_point_s_ceiling_joins_the_loader_s_and_amp_s():
-    """The prediction removes the wait and, on CUDA, shrinks the device time with amp: its
-    ceiling is both at once (above either alone), where a CPU's counts the wait only."""
+def test_the_predicted_point_s_ceiling_counts_what_the_point_changes():
+    """Workers and bfloat16 at once: the wait removed and the device time shrunk, above
+    either stage's ceiling alone; a point of workers only (amp fixed, or a CPU) counts the
+    wait alone, and one that keeps the workers not the wait."""
     images = run(0.2, 0.6, device=0.06)
-    joint = policy.ceiling("predict", images, GPU, 0, 5000, 20.0).factor
+    both = Knobs(num_workers=8, pin_memory=True, amp_dtype="bfloat16")
+    joint = policy.predicted_ceiling(images, Knobs(), both).factor
     loader = policy.ceiling("loader", images, GPU, 0, 5000, 20.0).factor
     amp = policy.ceiling("amp", images, GPU, 0, 5000, 20.0).factor
     assert joint == pytest.approx(0.2 / (0.2 - 0.12 - 0.06 * (1 - 1 / policy.AMP_GPU)))
     assert joint > loader > 1 and joint > amp
-    assert policy.ceiling("predict", run(0.2, 0.6), CPU, 0, 5000, 20.0).factor == \
-        pytest.approx(loader)
+    workers_only = policy.predicted_ceiling(images, Knobs(), both.replace(amp_dtype=None))
+    assert workers_only.factor == pytest.approx(loader)
+    amp_only = policy.predicted_ceiling(images, Knobs(num_workers=8), both)
+    assert amp_only.factor == pytest.approx(0.2 / (0.2 - 0.06 * (1 - 1 / policy.AMP_GPU)))

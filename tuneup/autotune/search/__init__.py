@@ -17,10 +17,11 @@ candidates, so every comparison is like for like:
                CPU where its ceiling (cache effects) clears the noise;
 * ``threads``  intra-op threads on a CPU run, where workers and threads share the cores;
 * ``cudnn``    cuDNN's autotuner, where the model has convolutions;
-* ``compile``  last while the budget holds it after the rest, else in its ceiling's turn
-               (the stages end once it is adopted); amortised: kept only when the saved
-               step time times the expected steps exceeds the measured compile time, and
-               its losses match eager;
+* ``compile``  last while the budget holds its share now (stages of smaller ceilings
+               keep it), else in its ceiling's turn (the stages end once it is adopted,
+               each noted); amortised: kept only when the saved step time times the
+               expected steps exceeds the measured compile time, and its losses match
+               eager;
 * ``loader_after_compile``  when the compiled loop waits for data: the workers its
                breakdown predicts, a deeper prefetch.
 

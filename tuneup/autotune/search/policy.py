@@ -143,9 +143,6 @@ def ceiling(stage: str, result: TrialResult | None, facts: ScriptFacts, workers:
         knobs = result.trial.knobs if result is not None else Knobs()
         pinned = host if may_pin(facts, knobs) else 0.0  # pin_memory: the copy is host time
         factor = _amdahl(step, max(wait, pinned)) if workers else 1.0
-    elif stage == "predict":  # the predicted point: workers remove the wait, amp on CUDA
-        amp = device * (1 - 1 / AMP_GPU) if facts.on_cuda and space.amp_dtypes(facts) else 0.0
-        factor = _amdahl(step, wait + amp)
     elif stage == "amp":
         rate = AMP_GPU if facts.on_cuda else AMP_CPU
         if not space.amp_dtypes(facts):
@@ -262,6 +259,17 @@ def predicted_workers(result: TrialResult | None, facts: ScriptFacts, workers: i
     return list(dict.fromkeys(points))
 
 
+def predicted_ceiling(result: TrialResult | None, incumbent: Knobs, point: Knobs) -> Ceiling:
+    """The predicted point's ceiling beside ``incumbent`` (``result``: its latest run): the
+    loader's and amp's together, each counted where the point changes it (new workers remove
+    the wait, a CUDA dtype the device time's share :data:`AMP_GPU` removes)."""
+    parts = split(result)
+    removed = parts["data_wait"] if point.num_workers != incumbent.num_workers else 0.0
+    if point.amp_dtype != incumbent.amp_dtype:  # predicted only on CUDA
+        removed += parts["device"] * (1 - 1 / AMP_GPU)
+    return Ceiling("predict", _amdahl(parts["step"], removed), _shares(parts))
+
+
 def predicted_point(result: TrialResult | None, facts: ScriptFacts, incumbent: Knobs,
                     groups: frozenset[str], min_gain: float) -> Knobs:
     """The settings the breakdown predicts fastest, to measure first: the predicted workers
@@ -283,6 +291,6 @@ def predicted_point(result: TrialResult | None, facts: ScriptFacts, incumbent: K
         if top[0]:
             knobs = knobs.replace(num_workers=min(top[0], max(1, math.ceil(
                 wait / rest * WORKER_HEADROOM))))
-            if facts.on_cuda and "pin_memory" not in facts.fixed_knobs:
+            if may_pin(facts, incumbent):
                 knobs = knobs.replace(pin_memory=True)
     return knobs

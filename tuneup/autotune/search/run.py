@@ -12,7 +12,7 @@ from tuneup.autotune.search.confirm import confirm
 from tuneup.autotune.search.judge import Judge, Options, Rejection
 from tuneup.autotune.search.labels import complexity, consistent, describe
 from tuneup.autotune.search.outcome import Change, Outcome
-from tuneup.autotune.search.stages import (LOW_IMPACT_ROUNDS, STAGES, CompileRace,
+from tuneup.autotune.search.stages import (LOW_IMPACT_ROUNDS, RACE_ROUNDS, STAGES, CompileRace,
                                            measure_baseline, prediction, prefetch_to_try)
 from tuneup.autotune.search.verdict import (interval_gain, is_look, paired_reason, verdict,
                                             window_noise)
@@ -23,7 +23,6 @@ from tuneup.settings import Knobs
 from tuneup.settings.schema import knob_facts
 
 RACE_REACH = 0.2  # candidates measured this much slower than the best are not raced
-RACE_ROUNDS = 6  # interleaved rounds of a stage's contenders at most (low-impact stages: 2)
 UNRACED_SPREADS = 2  # window-to-window spreads an unraced candidate's single window must clear
 
 
@@ -58,6 +57,7 @@ class Search:
         self.more_to_come = False  # a stage still to run could gain more than a tie here
         self.stage_ceiling = 1.0  # the running stage's ceiling
         self.compile_fitted = False  # compile fitted the budget when this stage began
+        self.stages_after = False  # stages are still to come after the running compile
         self._ids: dict[str, int] = {}
         self._compiled: set[Knobs] = set()  # compiled settings, for the cache check
 
@@ -222,11 +222,8 @@ class Search:
             rounds = 0  # one window each already tells them apart: no rounds to spend
         if rounds is None:  # a close call is worth fewer rounds than a larger gain to come
             rounds = LOW_IMPACT_ROUNDS if self.low_impact or self.more_to_come else RACE_ROUNDS
-        while rounds and len(contenders) > 2 and \
-                self._rounds_fit({r.trial.knobs: [r] for r in contenders}, rounds) < 2:
-            slowest = min(contenders[1:], key=judge.speed)  # a race of fewer is one that runs
-            contenders.remove(slowest)
-            out_of_reach.append(slowest)
+        contenders, left_out = self._trim_to_fit(contenders, rounds)
+        out_of_reach += left_out
         runs = self.race(contenders, rounds)
         merged = {knobs: merge(results) for knobs, results in runs.items()}
         survivors = {k: r for k, r in merged.items() if r is not None}
@@ -353,6 +350,22 @@ class Search:
         self._keep_rounds(runs)
         return runs
 
+    def _trim_to_fit(self, contenders: list[TrialResult], rounds: int
+                     ) -> tuple[list[TrialResult], list[TrialResult]]:
+        """The contenders to race and those left out: where two of ``rounds`` rounds of all
+        of them do not fit, the slowest candidates (never the reference, the first) leave on
+        their one window until two rounds of the rest do, or the reference and the fastest
+        are left. Where even those two get no rounds, one window each decides between them:
+        the unraced tie zone (:meth:`_gain_needed`, two window spreads: 10-20 % on a noisy
+        machine) holds slower candidates, and among all of them it took the simplest (in
+        the replay, keeping them in the decision left 13 more landscapes over three seeds
+        under 0.85 of the best at 60 s)."""
+        kept = list(contenders)
+        while rounds and len(kept) > 2 and \
+                self._rounds_fit({r.trial.knobs: [r] for r in kept}, rounds) < 2:
+            kept.remove(min(kept[1:], key=self.judge.speed))
+        return kept, [r for r in contenders if r not in kept]
+
     def _rounds_fit(self, runs: dict[Knobs, list[TrialResult]], rounds: int) -> int:
         """How many of ``rounds`` interleaved rounds of the contenders of ``runs`` the budget
         holds (a fresh process's compile of a compiled one and compile's share included)."""
@@ -435,11 +448,7 @@ class Search:
         pending = list(names)
         if prediction(self) is not None:
             self.more_to_come = True
-            self.stage_ceiling = self.ceiling("predict").factor
-            try:
-                self.run_stage("predict")
-            finally:
-                self.stage_ceiling = 1.0
+            self._run_with_ceiling("predict", self.ceiling("predict").factor)
         visited: dict[str, Knobs] = {}  # stage -> the incumbent it left
         again: set[str] = set()  # visited twice: once more where later stages moved it
         while True:
@@ -451,7 +460,7 @@ class Search:
                 (s, False) for s in pending]
             if not ready:
                 break
-            if self.budget.compile_fits(self.facts):  # stages below it hold its share
+            if self._compile_waits(pending):
                 ready = [(s, a) for s, a in ready if s != "compile"] or ready
             scored = {s: self.ceiling(s) for s, _ in ready}
             name, is_again = max(ready, key=lambda item: scored[item[0]].factor)
@@ -462,49 +471,70 @@ class Search:
             else:
                 pending.remove(name)
             if name == "compile":
-                if self._compile_in_turn(pending):
+                if self._compile_before(pending):
                     break
                 continue
             self.more_to_come = any(scored[s].factor >= policy.LARGE_GAIN
                                     for s, _ in ready if s != name)
             speedup, measured = self.speedup, len(self.results)
-            self.stage_ceiling = scored[name].factor
-            try:
-                self.run_stage(name, again=is_again)
-            finally:
-                self.stage_ceiling = 1.0
+            self._run_with_ceiling(name, scored[name].factor, again=is_again)
             if len(self.results) > measured:  # it measured (not skipped for the budget)
                 self.note(f"{self.stage_label}: ceiling {scored[name].factor:.2f}x "
                           f"({scored[name].why}); measured {self.speedup / speedup:.2f}x")
             visited[name] = self.incumbent
-        if "compile" in pending:  # last, as the stages before it held its share
+        last = "compile" in pending and self.worth_trying(self.ceiling("compile"))
+        if last:  # after the stages, which held its share
             pending.remove("compile")
-            ceiling = self.ceiling("compile")
-            if self.worth_trying(ceiling):
-                self._compile_in_turn(pending)
-            else:
-                pending.append("compile")
         for name in pending:  # never ran: below the noise, said why
             self.note(self.ceiling(name).skipped())
+        if last:
+            self._compile_before([])
         self.compile_to_come = self.more_to_come = False
         self.budget.reserve_s = 0.0
         return confirm(self)
 
-    def _compile_in_turn(self, pending: list[str]) -> bool:
-        """Compile where its ceiling leads the stages left: a budget may hold one cold
-        compile, which stages of smaller ceilings must not take first (it waits for them
-        only while the budget holds its share after them). Once compiled, the stages end:
-        the loader's candidates after compile leave the graphs alone, any other stage's
-        would compile them again. Whether compile was adopted."""
+    def _run_with_ceiling(self, name: str, factor: float, again: bool = False) -> None:
+        self.stage_ceiling = factor
+        try:
+            self.run_stage(name, again=again)
+        finally:
+            self.stage_ceiling = 1.0
+
+    def _compile_waits(self, pending: list[str]) -> bool:
+        """Whether compile stays out of the ceiling order for now: while the budget holds
+        its share (the stages of smaller ceilings hold it for compile, which comes last),
+        and while a micro-batch for memory headroom is still to come (a change made for
+        memory, not speed, whatever compile's ceiling)."""
+        return self.budget.compile_fits(self.facts) or (
+            "batch" in pending and self._needs_headroom())
+
+    def _compile_before(self, pending: list[str]) -> bool:
+        """Compile, then the loader after it, with the ``pending`` stages still to come
+        (none when compile comes last): a budget may hold one cold compile, which stages
+        of smaller ceilings must not take first. Once compiled, the stages end, each
+        noted: one that changes what the graphs compute would compile them again, and the
+        loader's are left to the stage after compile. Whether compile was adopted."""
+        before = {name: self.ceiling(name) for name in pending}  # the eager incumbent's
         self.compile_to_come = self.more_to_come = False
-        self.run_stage("compile")
+        self.stages_after = bool(pending)
+        try:
+            self.run_stage("compile")
+        finally:
+            self.stages_after = False
         if not self.incumbent.compile_mode:
             return False
         if "loader" in self.options.groups:
             self.run_stage("loader_after_compile")
-        for name in pending:
-            self.note(f"{name}: not tried after compile (its trials would compile again; "
-                      f"at most {self.ceiling(name).factor:.2f}x here)")
+        for name, ceiling in before.items():
+            if not self.worth_trying(ceiling):
+                self.note(ceiling.skipped())
+            elif policy.STAGE_GROUPS[name] == "loader":
+                self.note(f"{name}: not tried after compile (at most {ceiling.factor:.2f}x "
+                          "before it): the loader after compile measures what the compiled "
+                          "loop waits for")
+            else:
+                self.note(f"{name}: not tried after compile (at most {ceiling.factor:.2f}x "
+                          "before it): its trials would compile new graphs")
         pending.clear()
         return True
 
@@ -516,6 +546,10 @@ class Search:
 
     def ceiling(self, name: str) -> policy.Ceiling:
         """``name``'s ceiling from the incumbent's latest run (see :mod:`policy`)."""
+        if name == "predict":
+            point = prediction(self)
+            return policy.predicted_ceiling(self.budget.typical, self.incumbent,
+                                            point or self.incumbent)
         alone = self._baseline_alone()
         return policy.ceiling(name, self.budget.typical, self.facts,
                               self.incumbent.num_workers or 0, self.options.expected_steps,

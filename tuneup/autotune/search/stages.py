@@ -35,8 +35,11 @@ PERSISTENT_STARTUP_SHARE = 0.01  # worker start-up per epoch worth keeping worke
 # was never 3 % ahead of the best whole batch, often 15-20 % behind; taken on a tie, it cost
 # train_images 0.89 and 0.91 of the grid's best
 CPU_MICRO_BATCH = "a micro-batch on a CPU is kept only when faster beyond noise"
+RACE_ROUNDS = 6  # interleaved rounds of a stage's contenders at most
 LOW_IMPACT_ROUNDS = 2  # a race's rounds in low-impact stages, and where a question comes again
-COMPILE_RACE_ROUNDS = 40  # the last stage: what the budget has left goes to its decision
+# compile last: what the budget has left goes to its decision; in its ceiling's turn with
+# stages still to come, a stage's race (RACE_ROUNDS), the rest is theirs
+COMPILE_RACE_ROUNDS = 40
 FIRST_COMPILE_ROUNDS = 6  # paired rounds in the process that compiles first
 
 STAGES: dict[str, Callable[[Search], None]] = {}
@@ -428,7 +431,8 @@ def compile_(search: Search) -> None:
                                       _loader_reserve(search, result, reference))
         # gains are often within noise; the race decides against the gain that repays the
         # compile (or min_gain, the larger), the figure the decision below needs
-        runs = search.race([reference, result], COMPILE_RACE_ROUNDS,
+        rounds = RACE_ROUNDS if search.stages_after else COMPILE_RACE_ROUNDS
+        runs = search.race([reference, result], rounds,
                            tie=max(search.options.min_gain, _break_even(search, reference, result)),
                            paired=paired)
         compiled_runs = runs.get(result.trial.knobs, [])
