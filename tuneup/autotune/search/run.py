@@ -254,7 +254,9 @@ class Search:
                             on_speed=True)
         for result in out_of_reach:  # against what won, not what it was swept beside
             self.reject(result, judge.versus(result, sweep), on_speed=True)
-        self.adopt(chosen, reference, stage)
+        ref_step, chosen_step = (typical.get(r.trial.knobs) for r in (reference, chosen))
+        decided = ref_step / chosen_step if ref_step and chosen_step else None
+        self.adopt(chosen, reference, stage, gain=decided)
         return chosen
 
     def _clear_winner(self, reference: TrialResult, accepted: list[TrialResult]) -> bool:
@@ -422,9 +424,13 @@ class Search:
         cold = max([0.0] + [w - base for k, w in warmups.items() if k.compile_mode])
         return self.budget.warm_compile_seconds(cold) if cold else 0.0
 
-    def adopt(self, chosen: TrialResult, reference: TrialResult, stage: str) -> None:
-        """Make ``chosen`` the incumbent; ``reference`` is the old one measured beside it."""
-        gain = self.judge.speed(chosen) / self.judge.speed(reference)
+    def adopt(self, chosen: TrialResult, reference: TrialResult, stage: str,
+              gain: float | None = None) -> None:
+        """Make ``chosen`` the incumbent; ``reference`` is the old one measured beside it.
+        ``gain``: the speed-up the decision rested on (a race's typical steps), where it
+        differs from the two results' own (the cleanest run of each, which can disagree:
+        bfloat16 taken on its faster half of windows and noted as "measured 0.91x")."""
+        gain = gain or self.judge.speed(chosen) / self.judge.speed(reference)
         if chosen.trial.knobs != self.incumbent:
             self.changes.append(Change(stage, self.incumbent, chosen.trial.knobs, gain - 1))
             self.incumbent = chosen.trial.knobs
