@@ -500,6 +500,8 @@ class Search:
         return confirm(self)
 
     def _run_with_ceiling(self, name: str, factor: float, again: bool = False) -> None:
+        """Run a stage with its ceiling at hand: whether it may take the confirmation's
+        share reads it (:func:`policy.outweighs_confirmation`)."""
         self.stage_ceiling = factor
         try:
             self.run_stage(name, again=again)
