@@ -264,6 +264,45 @@ def test_a_contender_faster_beyond_noise_when_re_run_is_taken():
     assert describe(outcome.knobs) not in {r.trial_id for r in outcome.rejected}
 
 
+def swinging_defaults_and_workers(workers: Callable[[], float]) -> Callable[[Knobs], dict]:
+    """bfloat16 halves the step, a worker changes it by ``workers()``; the defaults' windows
+    swing by 30 %, which widens the unraced tie zone (two window spreads) past 15 %."""
+    swing = itertools.cycle([1.0, 1.3])
+
+    def timing(knobs: Knobs) -> dict:
+        step = 0.1 * (0.5 if knobs.amp_dtype else 1.0) * (workers() if knobs.num_workers
+                                                          else 1.0)
+        return record(step * (next(swing) if knobs == Knobs() else 1.0))
+    return timing
+
+
+def test_a_setting_left_undecided_faster_than_the_pick_is_raced_in_the_confirmation():
+    """The budget leaves the loader stage one window each, and workers' +18 % falls inside
+    the tie zone of a noisy machine: the confirmation races them beside the pick instead of
+    the beaten defaults, and takes them."""
+    tuner, recorded = search(swinging_defaults_and_workers(lambda: 0.85),
+                             Options(groups=frozenset({"amp", "loader"})), budget=30)
+    outcome = tuner.run()
+    assert outcome.knobs == Knobs(num_workers=1, amp_dtype="bfloat16")
+    assert any("faster beyond noise when re-run beside amp=bfloat16" in note
+               for note in outcome.notes)
+    confirmed = {t.knobs for t in recorded.ran[-4:]}
+    assert confirmed == {Knobs(amp_dtype="bfloat16"), outcome.knobs}
+
+
+def test_a_setting_that_looked_faster_on_one_window_is_not_taken_when_it_ties():
+    """Workers measured +18 % on their one window but tie with the pick when raced beside
+    it: the simpler pick stays."""
+    stage = {"name": ""}
+    tuner, _ = search(swinging_defaults_and_workers(
+        lambda: 1.0 if stage["name"] == "confirm" else 0.85),
+        Options(groups=frozenset({"amp", "loader"})), budget=30)
+    tuner.on_stage = lambda name: stage.update(name=name)
+    outcome = tuner.run()
+    assert outcome.knobs == Knobs(amp_dtype="bfloat16")
+    assert outcome.runner_up is not None and outcome.runner_up.knobs.num_workers == 1
+
+
 def test_a_contender_within_noise_is_not_taken_over_the_simpler_pick():
     tuner, _ = search(amp_and_loader(lambda: 0.99), Options(groups=frozenset({"amp", "loader"})))
     outcome = tuner.run()
