@@ -13,6 +13,7 @@ import pytest
 
 from tuneup.autotune.trials import Trial, TrialResult
 from tuneup.autotune.search.confirm import simpler_alternative
+from tuneup.autotune.search import policy
 from tuneup.autotune.search import Change, Options, Search, SearchError, describe, loss_drift
 from tuneup.autotune.space import GROUPS, ScriptFacts
 from tuneup.settings import Knobs
@@ -294,6 +295,21 @@ def test_a_stage_whose_ceiling_is_within_noise_is_skipped_with_why():
     outcome = tuner.run()
     assert outcome.knobs.num_workers
     assert not any(t.knobs.amp_dtype for t in recorded.ran[:4])
+
+
+def test_a_ceiling_below_one_window_s_spread_is_tried_where_the_budget_holds_rounds():
+    """The defaults' windows swing by 20 %: one window each cannot show a 9 % gain, six
+    paired rounds can (their mean varies by 1/sqrt(6) of a window's spread). A budget with
+    room for them tries the stage; one without skips it."""
+    ceiling = policy.Ceiling("cudnn", 1.09, "the device takes 70% of the step")
+    tried = {}
+    for budget in (300.0, 12.0):
+        tuner, _ = search(lambda knobs: record(0.1), budget=budget)
+        tuner.results = [TrialResult.from_event(Trial("defaults", Knobs()), record(step))
+                         for step in (0.1, 0.12, 0.1, 0.12)]
+        tuner.budget.typical = tuner.results[0]
+        tried[budget] = tuner.worth_trying(ceiling)
+    assert tried == {300.0: True, 12.0: False}
 
 
 def test_tie_keeps_the_simpler_settings():

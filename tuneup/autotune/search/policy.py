@@ -229,8 +229,9 @@ def graphs_first(result: TrialResult | None, launch_s: float | None = None) -> b
 def worth_trying(ceiling_: Ceiling, result: TrialResult | None, min_gain: float,
                  spread: float) -> bool:
     """Whether a stage's ceiling clears the measured noise: ``min_gain``, the run's
-    window-to-window ``spread`` and twice the result's own standard error (a gain above
-    the noise is what a race can tell apart with rounds)."""
+    window-to-window ``spread`` as the race's rounds the budget holds would see it, and twice
+    the result's own standard error (a gain above the noise is what a race can tell apart
+    with rounds)."""
     noise = max(min_gain, spread, 2 * (result.noise if result is not None else 0.0))
     return ceiling_.factor > 1 + noise
 
