@@ -303,6 +303,17 @@ def test_a_setting_that_looked_faster_on_one_window_is_not_taken_when_it_ties():
     assert outcome.runner_up is not None and outcome.runner_up.knobs.num_workers == 1
 
 
+def test_one_round_beside_a_pick_of_the_defaults_re_runs_its_rival_not_the_defaults_twice():
+    """Workers tie with the defaults and the budget left holds one round: the defaults are
+    re-run beside workers (the comparison still open), once each."""
+    tuner, recorded = search(lambda knobs: record(0.1 * (1.01 if knobs.num_workers else 1.0)),
+                             Options(groups=frozenset({"loader"})), budget=22)
+    outcome = tuner.run()
+    assert outcome.knobs == Knobs()
+    assert any(note.startswith("confirm: one round") for note in outcome.notes)
+    assert [t.knobs for t in recorded.ran[-2:]] == [Knobs(), Knobs(num_workers=1)]
+
+
 def test_a_contender_within_noise_is_not_taken_over_the_simpler_pick():
     tuner, _ = search(amp_and_loader(lambda: 0.99), Options(groups=frozenset({"amp", "loader"})))
     outcome = tuner.run()

@@ -80,7 +80,7 @@ def _confirm(search: Search) -> Outcome:
         configs = _two_to_rerun(search, configs, doubt)
         rounds = _affordable_rounds(search, configs)
     if rounds < MIN_ROUNDS:
-        configs = _one_round(search, tuned, default)
+        configs = _one_round(search, tuned, default, rival)
         rounds = min(1, _affordable_rounds(search, configs))
         if rounds:
             search.note("confirm: one round, all the budget left holds; decided on it and "
@@ -174,13 +174,17 @@ def _two_to_rerun(search: Search, configs: list[Knobs], doubt: Knobs | None
     return [tuned, doubt]
 
 
-def _one_round(search: Search, tuned: Knobs, default: Knobs) -> list[Knobs]:
+def _one_round(search: Search, tuned: Knobs, default: Knobs, rival: Knobs | None
+               ) -> list[Knobs]:
     """What one round, all the budget left holds, re-runs: a compiled pick beside its eager
     side (compile, decided on its stage's runs and this round together, is the change most
     often in doubt when a slow compile left its race no rounds; the speed-up over the
-    defaults then rests on every run of the search), otherwise the pick and the defaults."""
+    defaults then rests on every run of the search), otherwise the pick and the defaults,
+    or its rival where the pick is the defaults (not the defaults twice)."""
     eager = _compile_rival(search)
-    return [tuned, eager] if eager is not None and tuned.compile_mode else [tuned, default]
+    if eager is not None and tuned.compile_mode:
+        return [tuned, eager]
+    return [tuned, default if default != tuned or rival is None else rival]
 
 
 class StopRule:
