@@ -314,6 +314,24 @@ def test_one_round_beside_a_pick_of_the_defaults_re_runs_its_rival_not_the_defau
     assert [t.knobs for t in recorded.ran[-2:]] == [Knobs(), Knobs(num_workers=1)]
 
 
+def test_a_faster_setting_without_the_headroom_micro_batch_is_no_rival():
+    """Whole batches are 10 % faster but leave under 15 % memory headroom: the micro-batch
+    chosen for headroom stays, and the confirmation does not race a whole-batch setting
+    the stages measured faster (taking it would undo the headroom)."""
+    def timing(knobs: Knobs) -> dict:
+        micro = knobs.micro_batch_size or 256
+        step = (0.1 if micro == 256 else 0.11) * (0.9 if knobs.num_workers else 1.0)
+        return {**record(step, wait=0.0 if knobs.num_workers else 0.2),
+                "peak_memory_bytes": micro * 4 * 2**20}
+
+    options = Options(groups=frozenset({"batch", "loader"}), max_memory_bytes=1100 * 2**20)
+    tuner, recorded = search(timing, options)
+    outcome = tuner.run()
+    assert outcome.knobs.micro_batch_size == 128
+    confirmed = recorded.ran[-6:]
+    assert all(t.knobs.micro_batch_size == 128 or t.knobs == Knobs() for t in confirmed)
+
+
 def test_a_contender_within_noise_is_not_taken_over_the_simpler_pick():
     tuner, _ = search(amp_and_loader(lambda: 0.99), Options(groups=frozenset({"amp", "loader"})))
     outcome = tuner.run()

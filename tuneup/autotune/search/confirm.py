@@ -66,7 +66,7 @@ def _confirm(search: Search) -> Outcome:
     # a setting measured faster than the pick is the open question: it goes first
     ahead = faster_contender(search)
     rival = ahead or alternative or compile_rival or closest_rival(search)
-    contender = ahead
+    contender = ahead if ahead != alternative else None  # the simpler wins its ties
     if rival in (None, default):  # the rival the pick's changes give is no rival: the defaults
         rival = contender = closest_contender(search)
     configs = list(dict.fromkeys(k for k in (tuned, default, rival) if k is not None))
@@ -155,8 +155,9 @@ def _two_to_rerun(search: Search, configs: list[Knobs], doubt: Knobs | None
                   ) -> list[Knobs]:
     """When the budget holds two settings a round, not three: the pick and the defaults,
     unless the stages already beat the defaults beyond noise (95 % interval of the speed-up
-    above the tie zone) and the third, ``doubt``, undoes a change that can still be wrong:
-    the pick's simpler alternative (bfloat16 chosen eagerly, then compiled: slower than
+    above the tie zone) and the third, ``doubt``, is a comparison that can still be wrong:
+    a setting the stages measured faster than the pick and left undecided, the pick's
+    simpler alternative (bfloat16 chosen eagerly, then compiled: slower than
     compile alone on a CPU where bfloat16 gains nothing) or the other side of the compile
     race (a slow compile can leave that race no rounds: a held-out spectrogram model took
     compile on one pair of windows 3 % apart, 12 % slower in the grid). Against the
@@ -184,7 +185,7 @@ def _one_round(search: Search, tuned: Knobs, default: Knobs, rival: Knobs | None
     eager = _compile_rival(search)
     if eager is not None and tuned.compile_mode:
         return [tuned, eager]
-    return [tuned, default if default != tuned or rival is None else rival]
+    return [tuned, rival if tuned == default and rival is not None else default]
 
 
 class StopRule:
@@ -468,44 +469,47 @@ def closest_rival(search: Search) -> Knobs | None:
 
 def closest_contender(search: Search) -> Knobs | None:
     """The fastest other setting the stages measured (not the defaults, the same compile
-    mode as the pick, none of its values rejected): when the pick's one change undone is
-    the defaults, this is the comparison that can still be wrong."""
+    mode as the pick, none of its values rejected, and the pick's micro-batch where that was
+    chosen for memory headroom): when the pick's one change undone is the defaults, this is
+    the comparison that can still be wrong."""
+    times = _contender_steps(search)
+    return min(times, key=lambda k: statistics.geometric_mean(times[k])) if times else None
+
+
+def _contender_steps(search: Search) -> dict[Knobs, list[float]]:
+    """The step times of every setting :func:`closest_contender` may name."""
     pick, default = search.incumbent, search.baseline_knobs
+    headroom = any(c.stage == HEADROOM for c in search.changes)
     times: dict[Knobs, list[float]] = {}
     for result in search.results:
         knobs = result.trial.knobs
         if knobs in (pick, default) or knobs.compile_mode != pick.compile_mode or \
-                not result.ran:
+                not result.ran or headroom and knobs.micro_batch_size != pick.micro_batch_size:
             continue
         if not (result.ok and result.step_time) or search.judge.problem(result) is not None:
             times[knobs] = [math.inf]  # failed or drifted once: no contender
         elif math.inf not in times.setdefault(knobs, []):
             times[knobs].append(result.step_time)
-    clean = {k: v for k, v in times.items() if math.inf not in v
-             and not any(item in search.banned for item in k.to_dict().items())}
-    return min(clean, key=lambda k: statistics.geometric_mean(clean[k])) if clean else None
+    return {k: v for k, v in times.items() if math.inf not in v
+            and not any(item in search.banned for item in k.to_dict().items())}
 
 
 def faster_contender(search: Search) -> Knobs | None:
     """:func:`closest_contender` where its windows were faster than the pick's by more than
-    ``min_gain`` (geometric means): a question the stages left open, when their race had
-    no rounds to spend or one window each fell inside the unraced tie zone (a loader after
-    compile measured +18 % on one window against 10 % window noise and was left out). The
-    confirmation races it beside the pick, and takes it when faster there."""
-    other = closest_contender(search)
-    if other is None:
+    ``min_gain`` (geometric means) and no race ran the two side by side: a question the
+    stages left open, when their race had no rounds to spend or one window each fell inside
+    the unraced tie zone (a loader after compile measured +18 % on one window against 10 %
+    window noise and was left out). The confirmation races it beside the pick, and takes it
+    when faster there. A setting a race already decided against the pick stays decided."""
+    other, pick = closest_contender(search), search.incumbent
+    pick_steps = [r.step_time for r in search.results if r.trial.knobs == pick and r.ran
+                  and r.ok and r.step_time and search.judge.problem(r) is None]
+    if other is None or not pick_steps or any(race.get(other) and race.get(pick)
+                                              for race in search.races):
         return None
-    other_step, pick_step = (_geometric_step(search, k) for k in (other, search.incumbent))
-    if other_step is None or pick_step is None or \
-            other_step * (1 + search.options.min_gain) >= pick_step:
-        return None
-    return other
-
-
-def _geometric_step(search: Search, knobs: Knobs) -> float | None:
-    steps = [r.step_time for r in search.results
-             if r.trial.knobs == knobs and r.ok and r.step_time]
-    return statistics.geometric_mean(steps) if steps else None
+    other_step = statistics.geometric_mean(_contender_steps(search)[other])
+    faster = other_step * (1 + search.options.min_gain) < statistics.geometric_mean(pick_steps)
+    return other if faster else None
 
 
 def _undo(search: Search, change: Change) -> Knobs | None:

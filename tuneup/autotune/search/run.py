@@ -602,11 +602,12 @@ class Search:
                                    self._resolvable_spread())
 
     def _resolvable_spread(self) -> float:
-        """The machine's window-to-window spread as the rounds the budget holds see it: the
-        mean of n paired rounds varies by 1/sqrt(n) of one window's spread, so a budget with
-        room for a stage's race resolves gains below a single window's noise (a 17 % ceiling
-        skipped beside a +19 % spread of the defaults, 98 s of 120 left unused: 0.85 of the
-        best in the replay)."""
+        """The machine's window-to-window spread as the rounds the budget holds see it:
+        shrunk by the square root of their number (at most a stage's :data:`RACE_ROUNDS`;
+        the noise of a mean over n rounds shrinks so), so a budget with room for a stage's
+        race resolves gains below a single window's noise (a 17 % ceiling skipped beside a
+        +19 % spread of the defaults, 98 s of 120 left unused: 0.85 of the best in the
+        replay). A loose bar: the rounds are priced before the stage sets its reserves."""
         rounds = max(1, self.budget.affordable(2 * RACE_ROUNDS) // 2)
         return window_noise(self.results) / math.sqrt(rounds)
 
