@@ -472,7 +472,10 @@ def closest_contender(search: Search) -> Knobs | None:
     mode as the pick, none of its values rejected, and the pick's micro-batch where that was
     chosen for memory headroom): when the pick's one change undone is the defaults, this is
     the comparison that can still be wrong."""
-    times = _contender_steps(search)
+    return _fastest(_contender_steps(search))
+
+
+def _fastest(times: dict[Knobs, list[float]]) -> Knobs | None:
     return min(times, key=lambda k: statistics.geometric_mean(times[k])) if times else None
 
 
@@ -501,13 +504,14 @@ def faster_contender(search: Search) -> Knobs | None:
     the unraced tie zone (a loader after compile measured +18 % on one window against 10 %
     window noise and was left out). The confirmation races it beside the pick, and takes it
     when faster there. A setting a race already decided against the pick stays decided."""
-    other, pick = closest_contender(search), search.incumbent
+    times, pick = _contender_steps(search), search.incumbent
+    other = _fastest(times)
     pick_steps = [r.step_time for r in search.results if r.trial.knobs == pick and r.ran
                   and r.ok and r.step_time and search.judge.problem(r) is None]
     if other is None or not pick_steps or any(race.get(other) and race.get(pick)
                                               for race in search.races):
         return None
-    other_step = statistics.geometric_mean(_contender_steps(search)[other])
+    other_step = statistics.geometric_mean(times[other])
     faster = other_step * (1 + search.options.min_gain) < statistics.geometric_mean(pick_steps)
     return other if faster else None
 
