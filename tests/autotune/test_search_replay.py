@@ -72,3 +72,26 @@ def test_a_compile_longer_than_the_budget_is_not_reachable(harness):
     assert harness.reachable_value(land, 200.0, 5000) == pytest.approx(land.value(best, 5000))
     result = harness.replay(land, 60.0, seed=1)
     assert result.ratio < result.reachable <= 1.0
+
+
+def test_exact_windows_keep_the_landscapes_but_their_noise(harness):
+    lands = harness.modelled(4, seed=5)
+    exact = harness.exact_windows(lands, 0.0)
+    assert [land.noise for land in exact] == [0.0] * 4
+    assert [replace(land, noise=0.0) for land in lands] == exact
+    half = harness.exact_windows(lands, 0.5)
+    assert [land.noise for land in half] == pytest.approx([land.noise / 2 for land in lands])
+
+
+def test_the_5th_percentile_is_the_lowest_of_the_other_95(harness):
+    values = [i / 100 for i in range(1, 101)]  # 0.01 .. 1.00
+    assert harness.percentile(values) == pytest.approx(0.06)  # five lie below it
+    assert harness.worst_share(values) == pytest.approx(0.03)  # the mean of those five
+    assert harness.percentile([0.5]) == 0.5
+
+
+def test_a_negative_noise_scale_is_refused(harness, capsys):
+    with pytest.raises(SystemExit) as refused:
+        harness.main(["--noise-scale", "-1", "--count", "0"])
+    assert refused.value.code == 2
+    assert "--noise-scale must be" in capsys.readouterr().err
