@@ -14,7 +14,9 @@ from test_search import JITTER, compute_bound, record, search
 
 from tuneup.autotune.report import runner_up_text, to_json
 from tuneup.autotune.search import Change, Options, Search, describe
-from tuneup.autotune.search.confirm import StopRule, _decide, simpler_alternative
+from tuneup.autotune.search.confirm import StopRule, _decide, _from_the_stages, simpler_alternative
+from tuneup.autotune.search.outcome import Outcome
+from tuneup.autotune.search.stages import change_shown
 from tuneup.autotune.trials import Trial, TrialResult, typical_step
 from tuneup.settings import Knobs
 
@@ -495,3 +497,62 @@ def test_the_defaults_rejection_agrees_with_the_speed_up_interval():
     low, _ = outcome.speedup_interval
     (reason,) = [r.reason for r in outcome.rejected if r.trial_id == "defaults"]
     assert low > 1.05 and reason.startswith("slower (") and reason.endswith(", confirmed)")
+
+
+def bfloat16_raced_then_compile(knobs: Knobs) -> dict:
+    """bfloat16 1.18x (not a clear winner on one window: raced, two runs a side), compile
+    0.7 of the step for an 8 s cold compile."""
+    step = 0.1 * (0.85 if knobs.amp_dtype else 1.0) * (0.7 if knobs.compile_mode else 1.0)
+    return record(step, 0.5 + (8.0 if knobs.compile_mode else 0.0))
+
+
+def test_compile_takes_the_confirmation_s_share_once_the_find_is_beyond_noise():
+    """At 40 s the compile stage does not fit beside the confirmation's reserve; bfloat16's
+    race already put it beyond noise of the defaults, so compile takes that share, says so,
+    and is found (a 1.68x pick against 1.18x)."""
+    tuner, _ = search(bfloat16_raced_then_compile, budget=40, reuse=True)
+    outcome = tuner.run()
+    assert outcome.knobs == Knobs(amp_dtype="bfloat16", compile_mode="default")
+    assert any(n.startswith("compile: measured with the confirmation's share of the budget")
+               and n.endswith("the speed-up found is beyond noise of the defaults already)")
+               for n in outcome.notes)
+    assert outcome.confirmed and outcome.speedup == pytest.approx(1 / (0.85 * 0.7), rel=0.03)
+
+
+def test_a_find_is_shown_by_two_runs_a_side_beyond_noise():
+    tuner = Search(search(compute_bound)[1])
+    tuner.incumbent = pick = Knobs(amp_dtype="bfloat16")
+    tuner.results = [result(Knobs(), 0.1), result(pick, 0.05)]
+    assert not change_shown(tuner)  # one window each: no interval
+    tuner.results += [result(Knobs(), 0.1), result(pick, 0.05)]
+    assert change_shown(tuner)
+    tuner.incumbent = Knobs()
+    assert not change_shown(tuner)  # the defaults are no change
+
+
+def stages_only(runs: list[TrialResult]) -> tuple[Search, Outcome]:
+    tuner = Search(search(compute_bound)[1])
+    tuner.results = runs
+    pick = Knobs(amp_dtype="bfloat16")
+    return tuner, Outcome(tuner.facts, pick, 2560.0, 5120.0, runs, [], tuner.notes,
+                          baseline_knobs=Knobs())
+
+
+def test_no_confirmation_round_left_takes_the_interval_of_the_stages_runs():
+    pick = Knobs(amp_dtype="bfloat16")
+    tuner, outcome = stages_only([result(Knobs(), 0.1), result(pick, 0.05),
+                                  result(Knobs(), 0.102), result(pick, 0.051)])
+    _from_the_stages(tuner, outcome)
+    low, high = outcome.speedup_interval
+    assert outcome.confirmed and 1.5 < low <= outcome.speedup <= high < 2.5
+    assert outcome.measured_by.startswith("confirmed: no confirmation round fit the budget")
+    assert tuner.notes[-1].endswith("the stages' runs of the pick and the defaults give the "
+                                    "speed-up's interval")
+
+
+def test_no_confirmation_round_and_single_runs_leave_the_speed_up_unconfirmed():
+    pick = Knobs(amp_dtype="bfloat16")
+    tuner, outcome = stages_only([result(Knobs(), 0.1), result(pick, 0.05)])
+    _from_the_stages(tuner, outcome)
+    assert not outcome.confirmed and outcome.speedup_interval is None
+    assert "UNCONFIRMED" in tuner.notes[-1]

@@ -230,6 +230,12 @@ def test_only_a_large_ceiling_outweighs_a_confirmation_and_only_before_a_find():
     assert policy.outweighs_confirmation(2.0, 1.8, found=False)
 
 
+def test_compile_takes_the_confirmation_s_share_only_for_a_large_gain_on_a_shown_find():
+    assert policy.compile_outweighs_confirmation(policy.LARGE_GAIN, shown=True)
+    assert not policy.compile_outweighs_confirmation(1.1, shown=True)
+    assert not policy.compile_outweighs_confirmation(2.0, shown=False)  # the pick rests on it
+
+
 def test_cudnn_is_skipped_where_the_input_shape_changes():
     """cuDNN's autotuner searches its algorithms again for each new shape: with
     variable-length batches its ceiling is 1 and the note says why."""

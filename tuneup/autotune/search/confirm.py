@@ -17,7 +17,13 @@ from typing import TYPE_CHECKING
 
 from tuneup.autotune.search.labels import describe, weightless_change
 from tuneup.autotune.search.outcome import Change, Outcome, RunnerUp
-from tuneup.autotune.search.speedup import Comparison, compare, disturbed_note, steady_step
+from tuneup.autotune.search.speedup import (
+    Comparison,
+    beyond_noise,
+    compare,
+    disturbed_note,
+    steady_step,
+)
 from tuneup.autotune.search.stages import HEADROOM, compile_verdict
 from tuneup.autotune.search.verdict import interval_reason, is_look, paired_reason, verdict
 from tuneup.autotune.trials import (
@@ -86,9 +92,7 @@ def _confirm(search: Search) -> Outcome:
             search.note("confirm: one round, all the budget left holds; decided on it and "
                         "the stages' rounds together (a larger --budget confirms with more)")
     if not rounds:
-        search.note("confirm: skipped, budget exhausted; the speed-up is UNCONFIRMED "
-                    "(single trials of the stages)")
-        return outcome
+        return _from_the_stages(search, outcome)
     stop = StopRule(search, configs)
     results = search.measure([search.trial(k) for _ in range(rounds) for k in configs], stop)
     taken = [r for r in results if r.ran]
@@ -131,6 +135,29 @@ def _confirm(search: Search) -> Outcome:
     return outcome
 
 
+def _from_the_stages(search: Search, outcome: Outcome) -> Outcome:
+    """No round fits: the speed-up over every steady run the stages made of the pick and
+    the defaults, confirmed where its interval lies above 1 (two runs a side at least: a
+    compile that took the confirmation's share, on an incumbent those runs had put beyond
+    noise already); UNCONFIRMED where they give no interval or it reaches 1."""
+    headline = compare(search.results, outcome.knobs, outcome.baseline_knobs)
+    if headline is None or headline.log_interval is None or headline.log_interval[0] <= 0:
+        search.note("confirm: skipped, budget exhausted; the speed-up is UNCONFIRMED "
+                    "(single trials of the stages)")
+        return outcome
+    batch = search.facts.samples_per_step
+    outcome.tuned_samples_per_s = batch / headline.pick_step_s
+    outcome.baseline_samples_per_s = batch / headline.other_step_s
+    outcome.confirmed = True
+    outcome.speedup_interval = headline.interval
+    outcome.measured_by = ("confirmed: no confirmation round fit the budget; the ratio of "
+                           "geometric-mean speeds over every steady run of both in the "
+                           "stages, 95 % interval")
+    search.note("confirm: skipped, budget exhausted; the stages' runs of the pick and the "
+                "defaults give the speed-up's interval")
+    return outcome
+
+
 def _how_measured(runs: dict[Knobs, list[TrialResult]], headline: Comparison, pick: Knobs,
                   default: Knobs) -> str:
     """How the speed-up was measured, said beside it: the confirmation's interleaved rounds,
@@ -164,13 +191,13 @@ def _two_to_rerun(search: Search, configs: list[Knobs], doubt: Knobs | None
     defaults the pick can hardly be wrong. Without the defaults' slower trials in each
     round, the estimate has no cushion: hence the slack."""
     tuned, default = configs[0], configs[1]
-    beaten = compare(search.results, tuned, default)
-    interval = beaten.interval if beaten is not None else None
-    if doubt is None or interval is None or interval[0] <= 1 + search.options.min_gain \
+    beaten = beyond_noise(search.results, tuned, default, search.options.min_gain)
+    if doubt is None or beaten is None or beaten.interval is None \
             or _affordable_rounds(search, [tuned, doubt], slack=SLACK) < MIN_ROUNDS:
         return [tuned, default]
+    low, high = beaten.interval
     search.note(f"confirm: {_name(default)} not re-run (the stages beat them beyond noise, "
-                f"{interval[0]:.2f}x to {interval[1]:.2f}x): the budget holds the pick beside "
+                f"{low:.2f}x to {high:.2f}x): the budget holds the pick beside "
                 f"{describe(doubt)} instead")
     return [tuned, doubt]
 

@@ -39,9 +39,10 @@ class RunnerUp:
 
 @dataclass
 class Outcome:
-    """The search's answer. ``confirmed``: the speed-up comes from interleaved re-runs of
-    the pick and the baseline, not from the stages' single trials. ``baseline_knobs``:
-    what the speed-up is over, PyTorch defaults unless the user's batch did not fit."""
+    """The search's answer. ``confirmed``: the speed-up's 95 % interval, over every steady
+    run of the pick and the baseline in the search (the confirmation's re-runs, or where
+    none fit, the stages' runs), excludes 1. ``baseline_knobs``: what the speed-up is over,
+    PyTorch defaults unless the user's batch did not fit."""
 
     facts: ScriptFacts
     knobs: Knobs

@@ -16,6 +16,7 @@ from tuneup.autotune.search import policy
 from tuneup.autotune.search.budget import COMPILE_GUESS_S
 from tuneup.autotune.search.judge import Rejection
 from tuneup.autotune.search.outcome import SearchError
+from tuneup.autotune.search.speedup import beyond_noise
 from tuneup.autotune.trials import Trial, TrialResult, merge, typical_step
 from tuneup.settings import Knobs
 
@@ -413,7 +414,7 @@ def compile_(search: Search) -> None:
         modes.reverse()  # the budget may hold one compile: the mode that removes the host
     for trial in search.candidates("compile_mode", modes, check=True):
         search.budget.reserve_s = _loader_reserve(search, search.budget.typical)
-        if search.budget.affordable(2, extra_s=COMPILE_GUESS_S) < 2:
+        if not _compile_fits(search):
             needed = search.budget.shortfall(2, extra_s=COMPILE_GUESS_S)
             search.note(f"compile: {trial.knobs.compile_mode} skipped, "
                         f"needs ~{math.ceil(needed)} s more budget")
@@ -460,6 +461,32 @@ def compile_(search: Search) -> None:
 
 
 FirstProcess = tuple[TrialResult, TrialResult, dict[Knobs, list[TrialResult]]]
+
+
+def change_shown(search: Search) -> bool:
+    """Whether the incumbent is a change the search's runs of it and of the defaults already
+    put beyond noise of them (:func:`speedup.beyond_noise`): the claim the confirmation
+    would check is made."""
+    return search.incumbent != search.baseline_knobs and beyond_noise(
+        search.results, search.incumbent, search.baseline_knobs,
+        search.options.min_gain) is not None
+
+
+def _compile_fits(search: Search) -> bool:
+    """Whether the eager incumbent and a first compiled trial fit on the compile guess:
+    beside the confirmation's reserve, or in it where compile's ceiling outweighs the
+    confirmation (:func:`policy.compile_outweighs_confirmation`; said in a note)."""
+    budget = search.budget
+    if budget.affordable(2, extra_s=COMPILE_GUESS_S) >= 2:
+        return True
+    ceiling = search.ceiling("compile").factor
+    if not policy.compile_outweighs_confirmation(ceiling, change_shown(search)) \
+            or budget.affordable(2, extra_s=COMPILE_GUESS_S, confirmation=False) < 2:
+        return False
+    search.note(f"compile: measured with the confirmation's share of the budget (at most "
+                f"{ceiling:.2f}x to find; the speed-up found is beyond noise of the defaults "
+                "already)")
+    return True
 
 
 def _first_compile_process(search: Search, trial: Trial) -> FirstProcess | None:
