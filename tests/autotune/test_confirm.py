@@ -15,8 +15,8 @@ from test_search import JITTER, compute_bound, record, search
 from tuneup.autotune.report import runner_up_text, to_json
 from tuneup.autotune.search import Change, Options, Search, describe
 from tuneup.autotune.search.confirm import StopRule, _decide, _from_the_stages, simpler_alternative
+from tuneup.autotune.search.judge import Rejection
 from tuneup.autotune.search.outcome import Outcome
-from tuneup.autotune.search.stages import change_shown
 from tuneup.autotune.trials import Trial, TrialResult, typical_step
 from tuneup.settings import Knobs
 
@@ -519,17 +519,6 @@ def test_compile_takes_the_confirmation_s_share_once_the_find_is_beyond_noise():
     assert outcome.confirmed and outcome.speedup == pytest.approx(1 / (0.85 * 0.7), rel=0.03)
 
 
-def test_a_find_is_shown_by_two_runs_a_side_beyond_noise():
-    tuner = Search(search(compute_bound)[1])
-    tuner.incumbent = pick = Knobs(amp_dtype="bfloat16")
-    tuner.results = [result(Knobs(), 0.1), result(pick, 0.05)]
-    assert not change_shown(tuner)  # one window each: no interval
-    tuner.results += [result(Knobs(), 0.1), result(pick, 0.05)]
-    assert change_shown(tuner)
-    tuner.incumbent = Knobs()
-    assert not change_shown(tuner)  # the defaults are no change
-
-
 def stages_only(runs: list[TrialResult]) -> tuple[Search, Outcome]:
     tuner = Search(search(compute_bound)[1])
     tuner.results = runs
@@ -539,15 +528,33 @@ def stages_only(runs: list[TrialResult]) -> tuple[Search, Outcome]:
 
 
 def test_no_confirmation_round_left_takes_the_interval_of_the_stages_runs():
+    """The defaults' rejection, from a race beside an earlier incumbent, is restated in
+    the words of the interval the result gives."""
     pick = Knobs(amp_dtype="bfloat16")
     tuner, outcome = stages_only([result(Knobs(), 0.1), result(pick, 0.05),
                                   result(Knobs(), 0.102), result(pick, 0.051)])
+    tuner.rejected.append(Rejection("defaults", "slower (-15%, raced)", on_speed=True))
     _from_the_stages(tuner, outcome)
     low, high = outcome.speedup_interval
     assert outcome.confirmed and 1.5 < low <= outcome.speedup <= high < 2.5
-    assert outcome.measured_by.startswith("confirmed: no confirmation round fit the budget")
-    assert tuner.notes[-1].endswith("the stages' runs of the pick and the defaults give the "
-                                    "speed-up's interval")
+    assert outcome.tuned_samples_per_s / outcome.baseline_samples_per_s == \
+        pytest.approx(outcome.speedup)
+    assert outcome.measured_by.startswith(
+        "confirmed: from the stages' runs (no confirmation round fit the budget)")
+    assert tuner.notes[-1].endswith("come from the stages' runs of the pick and the defaults")
+    (reason,) = [r.reason for r in tuner.rejected if r.trial_id == "defaults"]
+    assert reason.startswith("slower (-50%") and reason.endswith(", confirmed)")
+
+
+def test_no_confirmation_round_and_an_interval_through_1_say_not_confirmed():
+    pick = Knobs(amp_dtype="bfloat16")
+    tuner, outcome = stages_only([result(Knobs(), 0.1), result(pick, 0.06),
+                                  result(Knobs(), 0.07), result(pick, 0.1)])
+    _from_the_stages(tuner, outcome)
+    low, high = outcome.speedup_interval
+    assert not outcome.confirmed and low < 1 < high
+    assert outcome.measured_by.startswith("not confirmed: from the stages' runs")
+    assert "the interval includes 1" in outcome.measured_by
 
 
 def test_no_confirmation_round_and_single_runs_leave_the_speed_up_unconfirmed():

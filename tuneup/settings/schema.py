@@ -188,7 +188,7 @@ class Measurement:
     tuned_samples_per_s: float | None = None
     effective_batch_size: int | None = None  # the batch_size the knobs were tuned for
     device: str | None = None  # "cpu", "cuda"
-    confirmed: bool | None = None  # from interleaved re-runs (False: single trials only)
+    confirmed: bool | None = None  # the speed-up's interval excludes 1 (False: not shown)
     local_ranks: int | None = None  # torchrun's ranks per node it was tuned with (None: one)
     # the chosen knobs' share of step time spent waiting for data, over their trials, and its
     # spread (None: one trial): a run compares its own wait with these (runtime/telemetry.py)

@@ -137,38 +137,45 @@ def _confirm(search: Search) -> Outcome:
 
 def _from_the_stages(search: Search, outcome: Outcome) -> Outcome:
     """No round fits: the speed-up over every steady run the stages made of the pick and
-    the defaults, confirmed where its interval lies above 1 (two runs a side at least: a
-    compile that took the confirmation's share, on an incumbent those runs had put beyond
-    noise already); UNCONFIRMED where they give no interval or it reaches 1."""
-    headline = compare(search.results, outcome.knobs, outcome.baseline_knobs)
-    if headline is None or headline.log_interval is None or headline.log_interval[0] <= 0:
+    the defaults, with its interval where each has two (confirmed, as the confirmation's,
+    only where it excludes 1; the defaults' rejection restated in its words); from single
+    trials, UNCONFIRMED, where they give no interval."""
+    pick, default = outcome.knobs, outcome.baseline_knobs
+    headline = compare(search.results, pick, default)
+    if pick == default or headline is None or headline.log_interval is None:
         search.note("confirm: skipped, budget exhausted; the speed-up is UNCONFIRMED "
                     "(single trials of the stages)")
         return outcome
+    _restate_rejections(search, {default: [], pick: []}, pick, headline)
     batch = search.facts.samples_per_step
     outcome.tuned_samples_per_s = batch / headline.pick_step_s
     outcome.baseline_samples_per_s = batch / headline.other_step_s
-    outcome.confirmed = True
+    outcome.confirmed = headline.confirmed
     outcome.speedup_interval = headline.interval
-    outcome.measured_by = ("confirmed: no confirmation round fit the budget; the ratio of "
-                           "geometric-mean speeds over every steady run of both in the "
-                           "stages, 95 % interval")
-    search.note("confirm: skipped, budget exhausted; the stages' runs of the pick and the "
-                "defaults give the speed-up's interval")
+    outcome.measured_by = _how_measured({}, headline, pick, default)
+    search.note("confirm: skipped, budget exhausted; the speed-up and its interval come "
+                "from the stages' runs of the pick and the defaults")
+    disturbed = disturbed_note(headline.disturbed, batch, _name_any)
+    if disturbed:
+        search.note(disturbed)
     return outcome
 
 
 def _how_measured(runs: dict[Knobs, list[TrialResult]], headline: Comparison, pick: Knobs,
                   default: Knobs) -> str:
-    """How the speed-up was measured, said beside it: the confirmation's interleaved rounds,
-    which runs the figure pools, and whether its interval excludes 1 (only then is it
-    called confirmed: never "3.02x [0.67, 13.69] (confirmed)")."""
+    """How the speed-up was measured, said beside it: the confirmation's interleaved rounds
+    (none in ``runs``: the stages' runs alone), which runs the figure pools, and whether its
+    interval excludes 1 (only then is it called confirmed: never "3.02x [0.67, 13.69]
+    (confirmed)")."""
     rounds = len(runs.get(pick, []))
     beside = [_name(k) if k == default else describe(k) for k in runs if k != pick]
     where = f" beside {' and '.join(beside)}" if beside else ""
     stages = "" if default in runs else " (the defaults' from the stages)"
-    how = (f"re-measured in {rounds} interleaved round(s){where}; the ratio of geometric-mean "
-           f"speeds over every steady run of both in the search{stages}, 95 % interval")
+    pooled = "the ratio of geometric-mean speeds over every steady run of both"
+    how = (f"re-measured in {rounds} interleaved round(s){where}; {pooled} in the "
+           f"search{stages}, 95 % interval" if runs else
+           f"from the stages' runs (no confirmation round fit the budget): {pooled}, "
+           "95 % interval")
     if headline.confirmed:  # a slower pick (kept for memory headroom) is said to be slower
         slower = headline.log_interval is not None and headline.log_interval[1] < 0
         return f"confirmed{' slower' if slower else ''}: {how}"

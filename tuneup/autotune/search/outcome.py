@@ -40,9 +40,10 @@ class RunnerUp:
 @dataclass
 class Outcome:
     """The search's answer. ``confirmed``: the speed-up's 95 % interval, over every steady
-    run of the pick and the baseline in the search (the confirmation's re-runs, or where
-    none fit, the stages' runs), excludes 1. ``baseline_knobs``: what the speed-up is over,
-    PyTorch defaults unless the user's batch did not fit."""
+    run of the pick and the baseline in the search (with the confirmation's re-runs, or
+    where none fit, the stages' runs alone), excludes 1; or the baseline was kept on the
+    re-runs. ``baseline_knobs``: what the speed-up is over, PyTorch defaults unless the
+    user's batch did not fit."""
 
     facts: ScriptFacts
     knobs: Knobs

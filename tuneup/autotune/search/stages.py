@@ -467,15 +467,15 @@ def change_shown(search: Search) -> bool:
     """Whether the incumbent is a change the search's runs of it and of the defaults already
     put beyond noise of them (:func:`speedup.beyond_noise`): the claim the confirmation
     would check is made."""
-    return search.incumbent != search.baseline_knobs and beyond_noise(
-        search.results, search.incumbent, search.baseline_knobs,
-        search.options.min_gain) is not None
+    return beyond_noise(search.results, search.incumbent, search.baseline_knobs,
+                        search.options.min_gain) is not None
 
 
 def _compile_fits(search: Search) -> bool:
-    """Whether the eager incumbent and a first compiled trial fit on the compile guess:
-    beside the confirmation's reserve, or in it where compile's ceiling outweighs the
-    confirmation (:func:`policy.compile_outweighs_confirmation`; said in a note)."""
+    """Whether the eager incumbent and a mode's first compiled trial fit on the compile
+    guess: beside the confirmation's reserve, or in it where compile's ceiling outweighs the
+    confirmation (:func:`policy.compile_outweighs_confirmation`; said in a note; a second
+    mode may take what the first left of it)."""
     budget = search.budget
     if budget.affordable(2, extra_s=COMPILE_GUESS_S) >= 2:
         return True
