@@ -95,3 +95,29 @@ def test_a_negative_noise_scale_is_refused(harness, capsys):
         harness.main(["--noise-scale", "-1", "--count", "0"])
     assert refused.value.code == 2
     assert "--noise-scale must be" in capsys.readouterr().err
+
+
+def test_a_confirmation_with_no_round_left_gives_the_stages_figures_consistently(harness):
+    """Real searches whose budget leaves the confirmation no round (the stages' runs then
+    give the speed-up): its figures, interval, wording and the defaults' rejection agree."""
+    from tuneup.autotune.search import Options, Search, SearchError
+    from_stages = 0
+    for i, land in enumerate(harness.modelled(40, seed=1)):
+        for budget in (60.0, 120.0):
+            try:
+                outcome = Search(harness.Replay(land, budget, 2 + i), Options()).run()
+            except SearchError:
+                continue
+            if not any("come from the stages' runs" in n for n in outcome.notes):
+                continue
+            from_stages += 1
+            low, high = outcome.speedup_interval
+            assert low <= outcome.speedup <= high
+            assert outcome.tuned_samples_per_s / outcome.baseline_samples_per_s == \
+                pytest.approx(outcome.speedup)
+            assert outcome.confirmed == (low > 1)
+            prefix = "confirmed" if outcome.confirmed else "not confirmed"
+            assert outcome.measured_by.startswith(f"{prefix}: from the stages' runs")
+            defaults = [r.reason for r in outcome.rejected if r.trial_id == "defaults"]
+            assert all(r.endswith(", confirmed)") for r in defaults) or not outcome.confirmed
+    assert from_stages >= 5  # 9 of these 80 searches end so
