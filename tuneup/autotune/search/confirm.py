@@ -122,6 +122,14 @@ def _confirm(search: Search) -> Outcome:
     outcome.runner_up = runner_up(pick, runs, step, default, headline)
     if headline is None:  # the pick's runs failed after all: the stages' figures stand
         return outcome
+    return _take_headline(search, outcome, runs, headline)
+
+
+def _take_headline(search: Search, outcome: Outcome, runs: dict[Knobs, list[TrialResult]],
+                   headline: Comparison) -> Outcome:
+    """``outcome``'s figures from ``headline`` (every steady run of its pick and baseline),
+    said as measured over the confirmation's ``runs`` (none: the stages' runs alone)."""
+    pick, default = outcome.knobs, outcome.baseline_knobs
     batch = search.facts.samples_per_step
     outcome.tuned_samples_per_s = batch / headline.pick_step_s
     outcome.baseline_samples_per_s = batch / headline.other_step_s
@@ -147,18 +155,9 @@ def _from_the_stages(search: Search, outcome: Outcome) -> Outcome:
                     "(single trials of the stages)")
         return outcome
     _restate_rejections(search, {default: [], pick: []}, pick, headline)
-    batch = search.facts.samples_per_step
-    outcome.tuned_samples_per_s = batch / headline.pick_step_s
-    outcome.baseline_samples_per_s = batch / headline.other_step_s
-    outcome.confirmed = headline.confirmed
-    outcome.speedup_interval = headline.interval
-    outcome.measured_by = _how_measured({}, headline, pick, default)
     search.note("confirm: skipped, budget exhausted; the speed-up and its interval come "
                 "from the stages' runs of the pick and the defaults")
-    disturbed = disturbed_note(headline.disturbed, batch, _name_any)
-    if disturbed:
-        search.note(disturbed)
-    return outcome
+    return _take_headline(search, outcome, {}, headline)
 
 
 def _how_measured(runs: dict[Knobs, list[TrialResult]], headline: Comparison, pick: Knobs,
