@@ -6,7 +6,7 @@ from test_confirm import result
 from test_search import compute_bound, search
 
 from tuneup.autotune.search import Search
-from tuneup.autotune.search.speedup import beyond_noise
+from tuneup.autotune.search.speedup import speedup_beyond_noise
 from tuneup.autotune.search.stages import change_shown
 from tuneup.settings import Knobs
 
@@ -15,13 +15,13 @@ PICK = Knobs(amp_dtype="bfloat16")
 
 def test_beyond_noise_needs_two_runs_a_side_clear_of_the_tie_zone():
     one_each = [result(Knobs(), 0.1), result(PICK, 0.05)]
-    assert beyond_noise(one_each, PICK, Knobs(), 0.03) is None  # no interval from one
+    assert speedup_beyond_noise(one_each, PICK, Knobs(), 0.03) is None  # one run: none
     two_each = one_each + [result(Knobs(), 0.101), result(PICK, 0.051)]
-    shown = beyond_noise(two_each, PICK, Knobs(), 0.03)
-    assert shown is not None and 1.5 < shown.interval[0] < 2 < shown.interval[1]
+    shown = speedup_beyond_noise(two_each, PICK, Knobs(), 0.03)
+    assert shown is not None and 1.5 < shown[0] < 2 < shown[1]
     close = [result(Knobs(), 0.1), result(PICK, 0.099), result(Knobs(), 0.1),
              result(PICK, 0.098)]  # faster, but by less than the 3 % tie zone
-    assert beyond_noise(close, PICK, Knobs(), 0.03) is None
+    assert speedup_beyond_noise(close, PICK, Knobs(), 0.03) is None
 
 
 def test_a_find_is_shown_by_two_runs_a_side_beyond_noise():

@@ -19,7 +19,7 @@ from tuneup.autotune.search.labels import describe, weightless_change
 from tuneup.autotune.search.outcome import Change, Outcome, RunnerUp
 from tuneup.autotune.search.speedup import (
     Comparison,
-    beyond_noise,
+    speedup_beyond_noise,
     compare,
     disturbed_note,
     steady_step,
@@ -197,11 +197,11 @@ def _two_to_rerun(search: Search, configs: list[Knobs], doubt: Knobs | None
     defaults the pick can hardly be wrong. Without the defaults' slower trials in each
     round, the estimate has no cushion: hence the slack."""
     tuned, default = configs[0], configs[1]
-    beaten = beyond_noise(search.results, tuned, default, search.options.min_gain)
-    if doubt is None or beaten is None or beaten.interval is None \
+    beaten = speedup_beyond_noise(search.results, tuned, default, search.options.min_gain)
+    if doubt is None or beaten is None \
             or _affordable_rounds(search, [tuned, doubt], slack=SLACK) < MIN_ROUNDS:
         return [tuned, default]
-    low, high = beaten.interval
+    low, high = beaten
     search.note(f"confirm: {_name(default)} not re-run (the stages beat them beyond noise, "
                 f"{low:.2f}x to {high:.2f}x): the budget holds the pick beside "
                 f"{describe(doubt)} instead")

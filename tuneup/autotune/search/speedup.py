@@ -125,13 +125,13 @@ def compare(results: list[TrialResult], pick: Knobs, other: Knobs) -> Comparison
                       confidence, tuple(my_disturbed + their_disturbed))
 
 
-def beyond_noise(results: list[TrialResult], pick: Knobs, other: Knobs, min_gain: float
-                 ) -> Comparison | None:
-    """:func:`compare` where it puts ``pick`` faster than ``other`` beyond ``min_gain`` with
-    95 % confidence (its interval's low end above 1 + ``min_gain``), None otherwise."""
+def speedup_beyond_noise(results: list[TrialResult], pick: Knobs, other: Knobs,
+                         min_gain: float) -> tuple[float, float] | None:
+    """:func:`compare`'s 95 % interval of the speed-up where it puts ``pick`` faster than
+    ``other`` beyond ``min_gain`` (its low end above 1 + ``min_gain``), None otherwise."""
     found = compare(results, pick, other)
     interval = found.interval if found is not None else None
-    return found if interval is not None and interval[0] > 1 + min_gain else None
+    return interval if interval is not None and interval[0] > 1 + min_gain else None
 
 
 def disturbed_note(disturbed: tuple[Disturbed, ...], samples_per_step: float,

@@ -16,7 +16,7 @@ from tuneup.autotune.search import policy
 from tuneup.autotune.search.budget import COMPILE_GUESS_S
 from tuneup.autotune.search.judge import Rejection
 from tuneup.autotune.search.outcome import SearchError
-from tuneup.autotune.search.speedup import beyond_noise
+from tuneup.autotune.search.speedup import speedup_beyond_noise
 from tuneup.autotune.trials import Trial, TrialResult, merge, typical_step
 from tuneup.settings import Knobs
 
@@ -465,10 +465,10 @@ FirstProcess = tuple[TrialResult, TrialResult, dict[Knobs, list[TrialResult]]]
 
 def change_shown(search: Search) -> bool:
     """Whether the incumbent is a change the search's runs of it and of the defaults already
-    put beyond noise of them (:func:`speedup.beyond_noise`): the claim the confirmation
-    would check is made."""
-    return beyond_noise(search.results, search.incumbent, search.baseline_knobs,
-                        search.options.min_gain) is not None
+    put beyond noise of them (:func:`speedup.speedup_beyond_noise`): the claim the
+    confirmation would check is made."""
+    return speedup_beyond_noise(search.results, search.incumbent, search.baseline_knobs,
+                                search.options.min_gain) is not None
 
 
 def _compile_fits(search: Search) -> bool:
