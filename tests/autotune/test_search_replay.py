@@ -121,3 +121,43 @@ def test_a_confirmation_with_no_round_left_gives_the_stages_figures_consistently
             defaults = [r.reason for r in outcome.rejected if r.trial_id == "defaults"]
             assert all(r.endswith(", confirmed)") for r in defaults) or not outcome.confirmed
     assert from_stages >= 5  # 9 of these 80 searches end so
+
+
+def test_the_bound_is_the_reachable_best_against_the_best(harness):
+    """The 90 s compile is out of a 60 s search's reach: the bound says how far below the
+    best even a search that knew the landscape must stay, and pick/best never passes it."""
+    land = harness.Landscape(name="slow-compile", kind="gpu", compute_s={"float32": 0.05},
+                             compile_factor=0.5, compile_s=90.0, startup_s=5.0, noise=0.02)
+    short, long = harness.replay(land, 60.0, seed=1), harness.replay(land, 200.0, seed=1)
+    assert short.bound < 1.0 and long.bound == pytest.approx(1.0)
+    assert short.ratio <= short.bound + 1e-9
+    text = harness.table([short, long])
+    assert "bound: worst 5 % reachable/best" in text
+    assert f"| {short.bound:.3f} |" in text.splitlines()[2]
+
+
+def test_a_known_compile_sets_the_guess_for_the_search_and_restores_it(harness):
+    from tuneup.autotune.search import budget, stages
+    guess = budget.COMPILE_GUESS_S
+    with harness.compile_guess(45.0):
+        assert budget.COMPILE_GUESS_S == stages.COMPILE_GUESS_S == 45.0
+        assert budget.Budget(harness.Replay(harness.Landscape("x", "gpu"), 60.0, 1)
+                             ).warm_compile_seconds() == pytest.approx(
+            budget.WARM_COMPILE_SHARE * 45.0)
+    assert budget.COMPILE_GUESS_S == stages.COMPILE_GUESS_S == guess
+    with pytest.raises(RuntimeError), harness.compile_guess(45.0):
+        raise RuntimeError("a failing search")
+    assert budget.COMPILE_GUESS_S == guess
+
+
+def test_the_best_is_cached_per_landscape_not_per_reused_id(harness):
+    """Each cache entry holds its landscape: a landscape made after another was dropped
+    cannot take its id() and read its best."""
+    for compute in (0.05, 0.01):
+        land = harness.Landscape(name="same-id", kind="cpu", device="cpu", cores=2,
+                                 compute_s={"float32": compute}, data_s=0.2)
+        assert harness.best_point(land, 5000) == min(
+            land.grid(), key=lambda k: land.value(k, 5000))
+        assert harness.reachable_value(land, 60.0, 5000) == min(
+            land.value(k, 5000) for k in land.grid() if land.least_cost(k) <= 60.0)
+        del land
