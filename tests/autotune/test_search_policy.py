@@ -222,10 +222,12 @@ def test_amp_once_adopted_is_not_visited_again():
     assert policy.revisit("loader", Knobs(amp_dtype="bfloat16"))
 
 
-def test_only_a_large_ceiling_outweighs_a_confirmation_and_only_before_a_find():
+def test_only_a_large_ceiling_outweighs_a_confirmation_before_a_find_or_once_shown():
     assert policy.outweighs_confirmation(policy.LARGE_GAIN, None, found=False)
     assert not policy.outweighs_confirmation(1.1, None, found=False)
     assert not policy.outweighs_confirmation(2.0, None, found=True)  # a pick to confirm
+    assert policy.outweighs_confirmation(2.0, None, found=True, shown=True)  # claim made
+    assert not policy.outweighs_confirmation(1.1, None, found=True, shown=True)
     assert not policy.outweighs_confirmation(1.5, 1.8, found=False)  # compile's share
     assert policy.outweighs_confirmation(2.0, 1.8, found=False)
 

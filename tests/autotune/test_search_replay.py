@@ -164,3 +164,19 @@ def test_the_best_is_cached_per_landscape_not_per_reused_id(harness):
 
     for compute in (0.05, 0.01) * 5:  # each landscape is dropped before the next is made
         check(compute)
+
+
+def test_the_loader_after_a_clear_compile_takes_the_confirmations_share(harness):
+    """Seed 1's gpu-078 at 120 s: compile (CUDA graphs) runs 4.7x the defaults on one window
+    each and leaves the loop waiting for data 32 % of the step; the loader after it was
+    5 s short of its sweep beside the confirmation's reserve, and the pick stayed at two
+    workers, 0.74 of the best. The find is clear of noise, so the sweep takes the share."""
+    land = harness.modelled(300, seed=1)[78]
+    assert land.name == "gpu-078"
+    from tuneup.autotune.search import Options, Search
+    outcome = Search(harness.Replay(land, 120.0, 1 + 78), Options()).run()
+    assert any(n.startswith("loader_after_compile: measured with the confirmation's share")
+               and "beyond noise of the defaults already" in n for n in outcome.notes)
+    assert outcome.knobs.compile_mode and outcome.knobs.num_workers >= 4
+    assert land.value(outcome.knobs, 5000) < land.value(
+        outcome.knobs.replace(num_workers=2), 5000)

@@ -13,7 +13,8 @@ from tuneup.autotune.search.judge import Judge, Options, Rejection
 from tuneup.autotune.search.labels import complexity, consistent, describe
 from tuneup.autotune.search.outcome import Change, Outcome
 from tuneup.autotune.search.stages import (LOW_IMPACT_ROUNDS, RACE_ROUNDS, STAGES, CompileRace,
-                                           measure_baseline, prediction, prefetch_to_try)
+                                           change_shown, clearly_ahead, measure_baseline,
+                                           prediction, prefetch_to_try)
 from tuneup.autotune.search.verdict import (interval_gain, is_look, paired_reason, verdict,
                                             window_noise)
 from tuneup.autotune.space import GROUPS, ScriptFacts
@@ -163,15 +164,18 @@ class Search:
         fresh = self._fresh_incumbent_run() if stop is None else None
         head = 0 if fresh else 1  # the incumbent's first run still to measure
         fits = self.budget.affordable(len(trials) + head + 1)
+        found = self.incumbent != self.baseline_knobs
         if fits < head + 1 and policy.outweighs_confirmation(
-                self.stage_ceiling, self.compile_ceiling(), self.incumbent != self.baseline_knobs):
+                self.stage_ceiling, self.compile_ceiling(), found,
+                found and (change_shown(self) or clearly_ahead(self))):
             # one sweep, no rounds: the gain comes first
             fits = self.budget.affordable(len(trials) + head + 1, confirmation=False)
             rounds = 0
             if fits >= head + 1:
                 self.note(f"{self.stage_label}: measured with the confirmation's share of "
-                          f"the budget (at most {self.stage_ceiling:.2f}x to find; nothing "
-                          "found yet to confirm)")
+                          f"the budget (at most {self.stage_ceiling:.2f}x to find; " + (
+                              "the speed-up found is beyond noise of the defaults already)"
+                              if found else "nothing found yet to confirm)"))
         if fits < head + 1:
             self.note(f"{self.stage_label}: skipped, budget too small (needs ~"
                       f"{max(1, math.ceil(self.budget.shortfall(head + 1)))} s more: a "
@@ -531,8 +535,8 @@ class Search:
             self.stages_after = False
         if not self.incumbent.compile_mode:
             return False
-        if "loader" in self.options.groups:
-            self.run_stage("loader_after_compile")
+        if "loader" in self.options.groups:  # the compiled loop's wait bounds it
+            self._run_with_ceiling("loader_after_compile", self.ceiling("loader").factor)
         for name, ceiling in before.items():
             if not self.worth_trying(ceiling):
                 self.note(ceiling.skipped())
