@@ -13,15 +13,14 @@ from tuneup.autotune.search.judge import Judge, Options, Rejection
 from tuneup.autotune.search.labels import complexity, consistent, describe
 from tuneup.autotune.search.outcome import Change, Outcome
 from tuneup.autotune.search.stages import (LOW_IMPACT_ROUNDS, RACE_ROUNDS, STAGES, CompileRace,
-                                           change_shown, clearly_ahead, measure_baseline,
-                                           prediction, prefetch_to_try)
+                                           change_shown, clearly_ahead, deepest_prefetch,
+                                           measure_baseline, prediction, prefetch_to_try)
 from tuneup.autotune.search.verdict import (interval_gain, is_look, paired_reason, verdict,
                                             window_noise)
 from tuneup.autotune.space import GROUPS, ScriptFacts
 from tuneup.autotune.trials import (Trial, TrialResult, log_ratio_interval, merge,
                                     paired_steps, typical_step)
 from tuneup.settings import Knobs
-from tuneup.settings.schema import knob_facts
 
 RACE_REACH = 0.2  # candidates measured this much slower than the best are not raced
 UNRACED_SPREADS = 2  # window-to-window spreads an unraced candidate's single window must clear
@@ -638,14 +637,3 @@ class Search:
         self.on_stage(self.stage_label)
         STAGES[name](self)
 
-
-def deepest_prefetch(chosen: TrialResult, near: list[TrialResult]) -> TrialResult:
-    """Of ``chosen`` and the settings tied with it that differ from it only in a deeper
-    prefetch, the deepest: while compile is to come, for compile shortens the step the
-    workers must keep up with (on train_images the grid's best added prefetch_factor=4 to
-    the compiled pick in every grid of 2026-11-26, 1-3 % faster, while the eager loader
-    stage measured it within noise and the stage after compile did not fit the budget)."""
-    default = knob_facts("prefetch_factor").pytorch_default
-    rest = chosen.trial.knobs.replace(prefetch_factor=None)
-    same = [r for r in near if r.trial.knobs.replace(prefetch_factor=None) == rest]
-    return max(same, key=lambda r: r.trial.knobs.prefetch_factor or default)
