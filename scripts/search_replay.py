@@ -51,6 +51,9 @@ from pathlib import Path
 
 from tuneup.autotune import protocol
 from tuneup.autotune.search import Options, Search, SearchError, describe
+from tuneup.autotune.search import budget as search_budget
+from tuneup.autotune.search import run as search_run
+from tuneup.autotune.search import stages as search_stages
 from tuneup.autotune.space import ScriptFacts
 from tuneup.autotune.trials import Trial, TrialResult
 from tuneup.settings import Knobs
@@ -397,23 +400,24 @@ def replay(land: Landscape, budget: float, seed: int = 0,
                     min(1.0, reachable / value), best / reachable)
 
 
+# the modules of the search that read COMPILE_GUESS_S (imported by name from budget)
+GUESS_READERS = (search_budget, search_run, search_stages)
+
+
 @contextmanager
 def compile_guess(seconds: float | None) -> Iterator[None]:
-    """The search's guess of a cold compile (``COMPILE_GUESS_S``, read by several of its
-    modules) set to ``seconds`` for the block; None leaves it as it is."""
+    """The search's guess of a cold compile (``COMPILE_GUESS_S`` in each of
+    :data:`GUESS_READERS`) set to ``seconds`` for the block; None leaves it as it is."""
     if seconds is None:
         yield
         return
-    modules = [module for name, module in list(sys.modules.items())
-               if name.startswith("tuneup.autotune.search") and hasattr(module,
-                                                                          "COMPILE_GUESS_S")]
-    saved = [module.COMPILE_GUESS_S for module in modules]
+    saved = [module.COMPILE_GUESS_S for module in GUESS_READERS]
     try:
-        for module in modules:
+        for module in GUESS_READERS:
             module.COMPILE_GUESS_S = seconds
         yield
     finally:
-        for module, value in zip(modules, saved):
+        for module, value in zip(GUESS_READERS, saved):
             module.COMPILE_GUESS_S = value
 
 
@@ -468,8 +472,8 @@ def exact_windows(lands: list[Landscape], scale: float) -> list[Landscape]:
 
 
 def table(results: list[Replayed]) -> str:
-    lines = ["| budget | kind | landscapes | median pick/best | worst 5 % | 5th percentile | "
-             "under 0.85 | worst 5 % pick/reachable | bound: worst 5 % reachable/best |",
+    lines = [("| budget | kind | landscapes | median pick/best | worst 5 % | 5th percentile | "
+              "under 0.85 | worst 5 % pick/reachable | bound: worst 5 % reachable/best |"),
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for budget in sorted({r.budget for r in results}):
         for kind in ("gpu", "cpu", "recorded", "all"):

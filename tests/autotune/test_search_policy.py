@@ -228,6 +228,7 @@ def test_only_a_large_ceiling_outweighs_a_confirmation_before_a_find_or_once_sho
     assert not policy.outweighs_confirmation(2.0, None, found=True)  # a pick to confirm
     assert policy.outweighs_confirmation(2.0, None, found=True, shown=True)  # claim made
     assert not policy.outweighs_confirmation(1.1, None, found=True, shown=True)
+    assert not policy.outweighs_confirmation(1.5, 1.8, found=True, shown=True)  # compile's
     assert not policy.outweighs_confirmation(1.5, 1.8, found=False)  # compile's share
     assert policy.outweighs_confirmation(2.0, 1.8, found=False)
 

@@ -136,18 +136,27 @@ def test_the_bound_is_the_reachable_best_against_the_best(harness):
     assert f"| {short.bound:.3f} |" in text.splitlines()[2]
 
 
-def test_a_known_compile_sets_the_guess_for_the_search_and_restores_it(harness):
-    from tuneup.autotune.search import budget, stages
+def test_a_known_compile_sets_the_guess_for_the_search_and_restores_it(harness, monkeypatch):
+    from tuneup.autotune.search import budget, run, stages
     guess = budget.COMPILE_GUESS_S
     with harness.compile_guess(45.0):
-        assert budget.COMPILE_GUESS_S == stages.COMPILE_GUESS_S == 45.0
-        assert budget.Budget(harness.Replay(harness.Landscape("x", "gpu"), 60.0, 1)
-                             ).warm_compile_seconds() == pytest.approx(
-            budget.WARM_COMPILE_SHARE * 45.0)
-    assert budget.COMPILE_GUESS_S == stages.COMPILE_GUESS_S == guess
+        assert budget.COMPILE_GUESS_S == stages.COMPILE_GUESS_S == run.COMPILE_GUESS_S == 45.0
+    assert budget.COMPILE_GUESS_S == stages.COMPILE_GUESS_S == run.COMPILE_GUESS_S == guess
     with pytest.raises(RuntimeError), harness.compile_guess(45.0):
         raise RuntimeError("a failing search")
-    assert budget.COMPILE_GUESS_S == guess
+    assert run.COMPILE_GUESS_S == guess
+    seen = []
+    real_run = harness.Search.run
+
+    def spy(search):
+        seen.append(run.COMPILE_GUESS_S)
+        return real_run(search)
+
+    monkeypatch.setattr(harness.Search, "run", spy)
+    land = harness.Landscape(name="known", kind="gpu", compile_s=37.0, noise=0.02)
+    harness.replay(land, 60.0, seed=1, compile_known=True)
+    harness.replay(land, 60.0, seed=1)
+    assert seen == [37.0, guess]
 
 
 def test_the_best_is_cached_per_landscape_not_per_reused_id(harness):
@@ -176,7 +185,8 @@ def test_the_loader_after_a_clear_compile_takes_the_confirmations_share(harness)
     from tuneup.autotune.search import Options, Search
     outcome = Search(harness.Replay(land, 120.0, 1 + 78), Options()).run()
     assert any(n.startswith("loader_after_compile: measured with the confirmation's share")
-               and "beyond noise of the defaults already" in n for n in outcome.notes)
+               and "clearly ahead of the defaults' windows" in n for n in outcome.notes)
+    assert not outcome.confirmed  # one window each: the report says so
     assert outcome.knobs.compile_mode and outcome.knobs.num_workers >= 4
     assert land.value(outcome.knobs, 5000) < land.value(
         outcome.knobs.replace(num_workers=2), 5000)

@@ -5,9 +5,11 @@ from __future__ import annotations
 from test_confirm import result
 from test_search import compute_bound, search
 
-from tuneup.autotune.search import Search
+from tuneup.autotune import protocol
+from tuneup.autotune.search import Search, describe
 from tuneup.autotune.search.speedup import speedup_beyond_noise
 from tuneup.autotune.search.stages import change_shown, clearly_ahead
+from tuneup.autotune.trials import Trial, TrialResult
 from tuneup.settings import Knobs
 
 PICK = Knobs(amp_dtype="bfloat16")
@@ -40,12 +42,13 @@ def test_a_find_far_beyond_the_windows_spread_is_clearly_ahead_on_one_window_eac
     tuner.incumbent = PICK
     tuner.results = [result(Knobs(), 0.1), result(PICK, 0.02)]
     assert clearly_ahead(tuner) and not change_shown(tuner)  # 5x: no interval needed
-    tuner.results = [result(Knobs(), 0.1), result(PICK, 0.09)]
-    assert not clearly_ahead(tuner)  # 1.11x: under the large gain
-    spread = [result(Knobs(), 0.1), result(Knobs(), 0.06), result(PICK, 0.07)]
-    tuner.results = spread  # 1.43x over the slower defaults, 0.86x of the faster
-    assert not clearly_ahead(tuner)  # the defaults' fastest window decides
+    tuner.results = [result(Knobs(), 0.1), result(PICK, 0.08)]
+    assert not clearly_ahead(tuner)  # 1.25x with no spread measured: under the floor's bar
+    tuner.results = [result(Knobs(), 0.1), result(Knobs(), 0.06), result(PICK, 0.07)]
+    assert not clearly_ahead(tuner)  # the defaults' fastest window decides: 0.86x of it
     tuner.results = [result(Knobs(), 0.1), result(Knobs(), 0.08), result(PICK, 0.03)]
     assert clearly_ahead(tuner)  # 2.7x beyond a spread of 16 %
+    tuner.results.append(TrialResult(Trial(describe(PICK), PICK), protocol.OOM, message="oom"))
+    assert clearly_ahead(tuner)  # a failed run of the pick is no window of it
     tuner.incumbent = Knobs()
     assert not clearly_ahead(tuner)  # the defaults are no change

@@ -207,10 +207,12 @@ def outweighs_confirmation(factor: float, compile_factor: float | None, found: b
     sweep when nothing else is left for it: for a large gain (:data:`LARGE_GAIN`), one at
     least compile's (``compile_factor``, while compile is to come: the sweep would take its
     share too), and only while nothing was ``found`` yet (nothing to confirm but the
-    defaults) or the find is ``shown`` beyond noise of the defaults already (the claim the
-    confirmation would check is made: in the replay the loader after a compile 4.7x ahead
-    was 5 s short of its sweep, and 60 s searches under 0.85 of the best went 53/43/47 ->
-    50/40/46, seeds 1-3). The report says the pick is unconfirmed where no round is left."""
+    defaults) or the find is ``shown`` to stand beyond noise of the defaults already, by an
+    interval of the search's runs (the claim the confirmation would check is made) or by a
+    lead far beyond the windows' spread (:func:`stages.clearly_ahead`): in the replay the
+    loader after a compile 4.7x ahead was 5 s short of its sweep, and 60 s searches under
+    0.85 of the best went 53/43/47 -> 50/40/46, seeds 1-3. The report says the pick is
+    unconfirmed where no round is left."""
     return (not found or shown) and factor >= LARGE_GAIN and factor >= (compile_factor or 1.0)
 
 

@@ -26,7 +26,6 @@ RACE_REACH = 0.2  # candidates measured this much slower than the best are not r
 UNRACED_SPREADS = 2  # window-to-window spreads an unraced candidate's single window must clear
 
 
-
 class Search:
     """One tuning run over an :class:`Executor`: stages from the registry in
     :mod:`tuneup.autotune.search.stages`, then the confirmation."""
@@ -164,17 +163,16 @@ class Search:
         head = 0 if fresh else 1  # the incumbent's first run still to measure
         fits = self.budget.affordable(len(trials) + head + 1)
         found = self.incumbent != self.baseline_knobs
+        standing = self._find_standing() if fits < head + 1 and found else None
         if fits < head + 1 and policy.outweighs_confirmation(
-                self.stage_ceiling, self.compile_ceiling(), found,
-                found and (change_shown(self) or clearly_ahead(self))):
+                self.stage_ceiling, self.compile_ceiling(), found, standing is not None):
             # one sweep, no rounds: the gain comes first
             fits = self.budget.affordable(len(trials) + head + 1, confirmation=False)
             rounds = 0
             if fits >= head + 1:
                 self.note(f"{self.stage_label}: measured with the confirmation's share of "
-                          f"the budget (at most {self.stage_ceiling:.2f}x to find; " + (
-                              "the speed-up found is beyond noise of the defaults already)"
-                              if found else "nothing found yet to confirm)"))
+                          f"the budget (at most {self.stage_ceiling:.2f}x to find; "
+                          f"{standing or 'nothing found yet to confirm'})")
         if fits < head + 1:
             self.note(f"{self.stage_label}: skipped, budget too small (needs ~"
                       f"{max(1, math.ceil(self.budget.shortfall(head + 1)))} s more: a "
@@ -190,6 +188,15 @@ class Search:
             self.note(f"{stage}: the incumbent failed to re-run ({results[0].status})")
             return None
         return self.choose(reference, results[1:len(plan)], stage, beyond_noise, rounds)
+
+    def _find_standing(self) -> str | None:
+        """How far the find the confirmation would check already stands, in the words of a
+        note (None: not beyond noise yet; see :func:`change_shown`, :func:`clearly_ahead`)."""
+        if change_shown(self):
+            return "the speed-up found is beyond noise of the defaults already"
+        if clearly_ahead(self):
+            return "the find is clearly ahead of the defaults' windows, unconfirmed without a round"
+        return None
 
     def _fresh_incumbent_run(self) -> TrialResult | None:
         """The incumbent's run that was the last trial measured, when the process that ran
@@ -636,4 +643,3 @@ class Search:
         self.stage_label = name + (" (again)" if again else "")
         self.on_stage(self.stage_label)
         STAGES[name](self)
-

@@ -16,7 +16,7 @@ from tuneup.autotune.search import policy
 from tuneup.autotune.search.budget import COMPILE_GUESS_S
 from tuneup.autotune.search.judge import Rejection
 from tuneup.autotune.search.outcome import SearchError
-from tuneup.autotune.search.speedup import speedup_beyond_noise
+from tuneup.autotune.search.speedup import MIN_SPREAD, speedup_beyond_noise
 from tuneup.autotune.search.verdict import window_noise
 from tuneup.autotune.trials import Trial, TrialResult, merge, typical_step
 from tuneup.settings import Knobs
@@ -324,6 +324,7 @@ def loader_after_compile_trials(search: Search, result: TrialResult | None,
         trials += search.candidates("prefetch_factor", [DEEPER_PREFETCH])
     return trials
 
+
 def deepest_prefetch(chosen: TrialResult, near: list[TrialResult]) -> TrialResult:
     """Of ``chosen`` and the settings tied with it that differ from it only in a deeper
     prefetch, the deepest: while compile is to come, for compile shortens the step the
@@ -485,20 +486,23 @@ def change_shown(search: Search) -> bool:
 
 
 def clearly_ahead(search: Search) -> bool:
-    """Whether the incumbent's slowest usable window beats the defaults' fastest by
-    :data:`policy.LARGE_GAIN` beyond two window spreads (:func:`window_noise`): a find no
-    interval is needed to tell from noise (a compiled pick 4.7x ahead on one window a
-    side), though with one window each it is reported unconfirmed."""
+    """Whether the incumbent's slowest usable window beats the defaults' fastest by the lead
+    that lets a sweep skip its race (:data:`policy.LARGE_GAIN`) beyond both windows' own
+    noise and two window spreads, the spread no less than :data:`MIN_SPREAD` (none or one
+    degree of freedom can put it near 0): a find no interval is needed to tell from noise
+    (a compiled pick 4.7x ahead on one window a side), reported unconfirmed where it has
+    one window."""
     if search.incumbent == search.baseline_knobs:
         return False
-    speed, problem = search.judge.speed, search.judge.problem
-
-    def speeds(knobs: Knobs) -> list[float]:
-        return [speed(r) for r in search.results if r.trial.knobs == knobs and problem(r) is None]
-
-    mine, defaults = speeds(search.incumbent), speeds(search.baseline_knobs)
-    return bool(mine and defaults) and min(mine) >= max(defaults) * policy.LARGE_GAIN * (
-        1 + 2 * window_noise(search.results))
+    usable = [r for r in search.results if search.judge.problem(r) is None]
+    mine = [r for r in usable if r.trial.knobs == search.incumbent]
+    defaults = [r for r in usable if r.trial.knobs == search.baseline_knobs]
+    if not mine or not defaults:
+        return False
+    speed = search.judge.speed
+    slowest, fastest = min(mine, key=speed), max(defaults, key=speed)
+    noise = 2 * max(slowest.noise, fastest.noise) + 2 * max(window_noise(usable), MIN_SPREAD)
+    return speed(slowest) >= speed(fastest) * policy.LARGE_GAIN * (1 + noise)
 
 
 def _compile_fits(search: Search) -> bool:
