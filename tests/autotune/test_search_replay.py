@@ -136,6 +136,23 @@ def test_the_bound_is_the_reachable_best_against_the_best(harness):
     assert f"| {short.bound:.3f} |" in text.splitlines()[2]
 
 
+def test_a_pick_slower_than_the_defaults_is_counted(harness):
+    """A compile that does not repay itself (slower steps, a long cold compile) made the
+    pick: the table counts it among the picks slower than PyTorch's defaults."""
+    land = harness.Landscape(name="no-gain", kind="cpu", device="cpu", cores=2,
+                             compute_s={"float32": 0.05}, compile_factor=1.1, noise=0.02)
+    fine = harness.replay(land, 60.0, seed=1)
+    assert fine.vs_defaults == pytest.approx(
+        land.value(harness.Knobs(), 5000) / land.value(fine.pick, 5000))
+    worse = replace(fine, pick=harness.Knobs(compile_mode="default"),
+                    vs_defaults=land.value(harness.Knobs(), 5000)
+                    / land.value(harness.Knobs(compile_mode="default"), 5000))
+    assert worse.vs_defaults < 1
+    rows = harness.table([fine, worse]).splitlines()
+    assert rows[0].endswith("slower than the defaults |")
+    assert rows[2].endswith(f"| {int(fine.vs_defaults < 1 - 1e-3) + 1} |")
+
+
 def test_a_known_compile_sets_the_guess_for_the_search_and_restores_it(harness, monkeypatch):
     from tuneup.autotune.search import budget, run, stages
     guess = budget.COMPILE_GUESS_S
