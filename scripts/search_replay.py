@@ -20,8 +20,8 @@ For each landscape and budget the search runs once (seeded noise) and the pick's
 speed is set against the landscape's best over every knob combination (compile's cost
 amortised over the search's expected steps, 5,000 by default, in both). Printed: pick/best
 by budget and kind, the median, the worst 5 % (their mean), the 5th percentile and the
-count under 0.85, and the picks slower than PyTorch's defaults (compile's cost spread in
-both). The reachable best is the best point a search that knew it could measure
+count under 0.85, and the picks slower than PyTorch's defaults by more than 0.1 % (compile's
+cost spread in both). The reachable best is the best point a search that knew it could measure
 once beside the defaults within the budget (start-up, two trials and, for a compiled point,
 its cold compile): the worst 5 % of pick/reachable is the search's own gap, and the worst
 5 % of reachable/best the bound, the part of the gap no search could close.

@@ -138,19 +138,22 @@ def test_the_bound_is_the_reachable_best_against_the_best(harness):
 
 def test_a_pick_slower_than_the_defaults_is_counted(harness):
     """A compile that does not repay itself (slower steps, a long cold compile) made the
-    pick: the table counts it among the picks slower than PyTorch's defaults."""
+    pick: the table counts it among the picks slower than PyTorch's defaults; a pick within
+    0.1 % of them is not counted."""
     land = harness.Landscape(name="no-gain", kind="cpu", device="cpu", cores=2,
                              compute_s={"float32": 0.05}, compile_factor=1.1, noise=0.02)
     fine = harness.replay(land, 60.0, seed=1)
     assert fine.vs_defaults == pytest.approx(
         land.value(harness.Knobs(), 5000) / land.value(fine.pick, 5000))
-    worse = replace(fine, pick=harness.Knobs(compile_mode="default"),
-                    vs_defaults=land.value(harness.Knobs(), 5000)
-                    / land.value(harness.Knobs(compile_mode="default"), 5000))
-    assert worse.vs_defaults < 1
-    rows = harness.table([fine, worse]).splitlines()
+    assert fine.vs_defaults >= 1 - 1e-3  # the flat landscape's pick is no slower
+    compiled = harness.Knobs(compile_mode="default")
+    worse = replace(fine, pick=compiled, vs_defaults=land.value(harness.Knobs(), 5000)
+                    / land.value(compiled, 5000))
+    assert worse.vs_defaults < 1 - 1e-3
+    close = replace(fine, vs_defaults=1 - 5e-4)
+    rows = harness.table([fine, worse, close]).splitlines()
     assert rows[0].endswith("slower than the defaults |")
-    assert rows[2].endswith(f"| {int(fine.vs_defaults < 1 - 1e-3) + 1} |")
+    assert rows[2].endswith("| 1 |")
 
 
 def test_a_known_compile_sets_the_guess_for_the_search_and_restores_it(harness, monkeypatch):
