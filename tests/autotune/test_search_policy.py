@@ -271,3 +271,10 @@ def test_the_predicted_point_s_ceiling_counts_what_the_point_changes():
     assert workers_only.factor == pytest.approx(loader)
     amp_only = policy.predicted_ceiling(images, Knobs(num_workers=8), both)
     assert amp_only.factor == pytest.approx(0.2 / (0.2 - 0.06 * (1 - 1 / policy.AMP_GPU)))
+
+
+def test_a_clear_lead_is_a_large_gain_beyond_the_windows_noise():
+    assert policy.clear_lead(policy.LARGE_GAIN, 0.0, 0.0)
+    assert not policy.clear_lead(policy.LARGE_GAIN, 0.01, 0.0)  # its own noise
+    assert not policy.clear_lead(1.3, 0.0, 0.05)  # 1.2 x 1.1 = 1.32 needed
+    assert policy.clear_lead(1.33, 0.0, 0.05)

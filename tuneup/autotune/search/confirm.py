@@ -19,9 +19,9 @@ from tuneup.autotune.search.labels import describe, weightless_change
 from tuneup.autotune.search.outcome import Change, Outcome, RunnerUp
 from tuneup.autotune.search.speedup import (
     Comparison,
-    speedup_beyond_noise,
     compare,
     disturbed_note,
+    speedup_beyond_noise,
     steady_step,
 )
 from tuneup.autotune.search.stages import HEADROOM, compile_verdict

@@ -216,6 +216,14 @@ def outweighs_confirmation(factor: float, compile_factor: float | None, found: b
     return (not found or shown) and factor >= LARGE_GAIN and factor >= (compile_factor or 1.0)
 
 
+def clear_lead(lead: float, own_noise: float, spread: float) -> bool:
+    """Whether a ``lead`` (the faster window's speed over the slower's) is a large gain
+    (:data:`LARGE_GAIN`) beyond twice the windows' own noise (``own_noise``, the larger
+    relative standard error) and twice the window-to-window ``spread``: one window a side
+    tells the two apart, as rounds would."""
+    return lead >= LARGE_GAIN * (1 + (2 * own_noise + 2 * spread))
+
+
 def compile_outweighs_confirmation(factor: float, shown: bool) -> bool:
     """Whether compile, able to gain ``factor``, may take the confirmation's reserve for its
     first compiled trial: for a large gain (:data:`LARGE_GAIN`), and only where the change

@@ -13,7 +13,7 @@ from tuneup.autotune.search.judge import Judge, Options, Rejection
 from tuneup.autotune.search.labels import complexity, consistent, describe
 from tuneup.autotune.search.outcome import Change, Outcome
 from tuneup.autotune.search.stages import (LOW_IMPACT_ROUNDS, RACE_ROUNDS, STAGES, CompileRace,
-                                           change_shown, clearly_ahead, deepest_prefetch,
+                                           SHOWN, change_shown, clearly_ahead, deepest_prefetch,
                                            measure_baseline, prediction, prefetch_to_try)
 from tuneup.autotune.search.verdict import (interval_gain, is_look, paired_reason, verdict,
                                             window_noise)
@@ -193,7 +193,7 @@ class Search:
         """How far the find the confirmation would check already stands, in the words of a
         note (None: not beyond noise yet; see :func:`change_shown`, :func:`clearly_ahead`)."""
         if change_shown(self):
-            return "the speed-up found is beyond noise of the defaults already"
+            return SHOWN
         if clearly_ahead(self):
             return "the find is clearly ahead of the defaults' windows, unconfirmed without a round"
         return None
@@ -270,16 +270,14 @@ class Search:
         return chosen
 
     def _clear_winner(self, reference: TrialResult, accepted: list[TrialResult]) -> bool:
-        """The fastest contender (a candidate or the reference) leads every other by a large
-        gain (:data:`policy.LARGE_GAIN`) beyond the windows' noise: rounds would not change
-        the pick."""
+        """The fastest contender (a candidate or the reference) leads every other by a clear
+        lead (:func:`policy.clear_lead`): rounds would not change the pick."""
         speed = self.judge.speed
         ranked = sorted([reference, *accepted], key=speed, reverse=True)
         if len(ranked) < 2:
             return False
-        lead = speed(ranked[0]) / speed(ranked[1])
-        noise = 2 * max(r.noise for r in ranked[:2]) + 2 * window_noise(self.results)
-        return lead >= policy.LARGE_GAIN * (1 + noise)
+        return policy.clear_lead(speed(ranked[0]) / speed(ranked[1]),
+                                 max(r.noise for r in ranked[:2]), window_noise(self.results))
 
     def _faster_beyond_noise(self, runs: dict[Knobs, list[TrialResult]], chosen: TrialResult,
                              reference: TrialResult) -> bool:

@@ -477,6 +477,9 @@ def compile_(search: Search) -> None:
 FirstProcess = tuple[TrialResult, TrialResult, dict[Knobs, list[TrialResult]]]
 
 
+SHOWN = "the speed-up found is beyond noise of the defaults already"  # a note's words
+
+
 def change_shown(search: Search) -> bool:
     """Whether the incumbent is a change the search's runs of it and of the defaults already
     put beyond noise of them (:func:`speedup.speedup_beyond_noise`): the claim the
@@ -487,9 +490,9 @@ def change_shown(search: Search) -> bool:
 
 def clearly_ahead(search: Search) -> bool:
     """Whether the incumbent's slowest usable window beats the defaults' fastest by the lead
-    that lets a sweep skip its race (:data:`policy.LARGE_GAIN`) beyond both windows' own
-    noise and two window spreads, the spread no less than :data:`MIN_SPREAD` (none or one
-    degree of freedom can put it near 0): a find no interval is needed to tell from noise
+    that lets a sweep skip its race (:func:`policy.clear_lead`), the window spread taken as
+    no less than :data:`MIN_SPREAD` (none or one degree of freedom can put it near 0): a
+    find no interval is needed to tell from noise
     (a compiled pick 4.7x ahead on one window a side), reported unconfirmed where it has
     one window."""
     if search.incumbent == search.baseline_knobs:
@@ -501,8 +504,8 @@ def clearly_ahead(search: Search) -> bool:
         return False
     speed = search.judge.speed
     slowest, fastest = min(mine, key=speed), max(defaults, key=speed)
-    noise = 2 * max(slowest.noise, fastest.noise) + 2 * max(window_noise(usable), MIN_SPREAD)
-    return speed(slowest) >= speed(fastest) * policy.LARGE_GAIN * (1 + noise)
+    return policy.clear_lead(speed(slowest) / speed(fastest), max(slowest.noise, fastest.noise),
+                             max(window_noise(usable), MIN_SPREAD))
 
 
 def _compile_fits(search: Search) -> bool:
@@ -518,8 +521,7 @@ def _compile_fits(search: Search) -> bool:
             or budget.affordable(2, extra_s=COMPILE_GUESS_S, confirmation=False) < 2:
         return False
     search.note(f"compile: measured with the confirmation's share of the budget (at most "
-                f"{ceiling:.2f}x to find; the speed-up found is beyond noise of the defaults "
-                "already)")
+                f"{ceiling:.2f}x to find; {SHOWN})")
     return True
 
 
